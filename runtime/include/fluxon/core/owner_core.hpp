@@ -1,0 +1,162 @@
+// OwnerCore: the owner's whole control logic as a plain state machine (STYLE.md). It takes client
+// requests, client notes, master replies and clock ticks, and emits replies, notes and master
+// requests into an outbox. No I/O, no threads, no clock of its own: the CAF owner actor and the
+// deterministic simulator drive the same code.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "fluxon/messages/codec.hpp"
+#include "fluxon/runtime/config.hpp"
+#include "fluxon/runtime/reserve_pool.hpp"
+
+namespace fluxon {
+
+using Millis = int64_t;
+
+struct OwnerOut {
+  enum class Kind : uint8_t {
+    kReply,   // reply to client request `token` of `session`
+    kNote,    // one-way note to `session`
+    kMaster,  // request `token` to the master
+  };
+  Kind kind;
+  uint64_t session = 0;
+  uint64_t token = 0;
+  Envelope env;
+};
+using Outbox = std::vector<OwnerOut>;
+
+// Counters the owner exports (Prometheus and stats()).
+struct OwnerCounters {
+  uint64_t put_start_total = 0, put_commit_total = 0, put_abort_total = 0, put_live_total = 0;
+  uint64_t put_keys_total = 0, put_conflict_total = 0, put_nospace_total = 0;
+  uint64_t reserve_waits_total = 0, reserve_soft_wait_total = 0, reserve_timeout_total = 0;
+  uint64_t get_start_total = 0, get_keys_total = 0, get_hit_keys_total = 0;
+  uint64_t get_tail_released_total = 0, handle_ttl_expired_total = 0, handle_cancel_total = 0;
+  uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0;
+  uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
+};
+
+class OwnerCore {
+ public:
+  OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_name, uint64_t segment_len);
+
+  uint32_t node_id() const { return cfg_.node_id; }
+  uint64_t generation() const { return generation_; }
+
+  // A registration request for the master; the actor sends it at start and after reconnects.
+  Envelope register_request() const;
+
+  void on_client_request(uint64_t token, Envelope& req, Millis now, Outbox& out);
+  void on_client_note(Envelope& note, Millis now, Outbox& out);
+  void on_master_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
+  // The request `token` failed in transport (timeout, disconnect): nothing is freed on a guess (T1);
+  // the job is retried from tick() with the same identity.
+  void on_master_failure(uint64_t token, Millis now, Outbox& out);
+  void tick(Millis now, Outbox& out);
+  void close_session(uint64_t session, Outbox& out);
+
+  wire::StatsReplyT stats() const;
+  const OwnerCounters& counters() const { return counters_; }
+  const ReservePool& pool() const { return pool_; }
+  // Local visibility of a key (tests): 0 = absent, 1 = pending local visible, 2 = route live.
+  int local_state(const std::string& key) const;
+  // Drop the route and local entry of key (eviction uses this path later): route first, then S2.
+  void remove_key(const std::string& key, Millis now, Outbox& out);
+
+ private:
+  struct Entry {                // local visible index
+    uint64_t put_id = 0;
+    SlotRef slot;
+    uint64_t len = 0;
+    bool live = false;          // Committed(route_live)
+  };
+  struct PutPlan {
+    uint64_t session = 0;
+    std::vector<std::string> keys;
+    std::vector<SlotRef> slots;
+    uint64_t value_len = 0;
+    std::vector<uint32_t> group_lens;
+    bool committed = false;
+  };
+  struct Waiter {
+    uint64_t token, session;
+    std::unique_ptr<Envelope> req;
+    Millis since;
+    bool soft_noted = false;
+  };
+  struct PublishJob {           // A2: owns one put batch until every item is terminal
+    uint64_t session = 0;
+    std::vector<std::string> keys;
+    std::vector<SlotRef> slots;
+    std::vector<bool> superseded;  // a newer local version replaced the item before it went live
+    std::vector<uint64_t> offsets, lens;
+    std::vector<uint32_t> group_lens;
+    std::vector<uint64_t> tokens;  // every attempt's token; any reply settles the job
+    Millis next_send = 0;
+  };
+  struct RemoveJob {            // route-first release of superseded or removed entries
+    std::vector<std::string> keys;
+    std::vector<uint64_t> put_ids;
+    std::vector<SlotRef> slots;
+    std::vector<uint64_t> tokens;
+    Millis next_send = 0;
+  };
+  struct Handle {
+    uint64_t session;
+    std::vector<uint64_t> holdings;
+    Millis deadline;
+  };
+  struct Holding { SlotRef slot; uint64_t session; };
+  struct Session {
+    std::unordered_set<uint64_t> plans, handles, holdings;
+  };
+
+  void dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out);
+  void reply(OwnerOut::Kind k, uint64_t session, uint64_t token, Envelope env, Outbox& out);
+  void reply_error(uint64_t session, uint64_t token, const Status& s, Outbox& out);
+  // Returns true when the request was answered (success or error), false when it must wait.
+  bool try_put_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, bool queued, Outbox& out);
+  void put_commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
+  void put_abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out);
+  void get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out);
+  void release_holding(uint64_t holding_id, uint64_t session);
+  void drop_handle(uint64_t handle_id);
+  void send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
+  void send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox& out);
+  void supersede(const std::string& key, Entry old, Millis now, Outbox& out);
+  void queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
+                    std::vector<SlotRef> slots, Millis now, Outbox& out);
+  void serve_waiters(Millis now, Outbox& out);
+
+  OwnerConfig cfg_;
+  uint64_t generation_;
+  std::string segment_name_;
+  uint64_t segment_len_;
+  ReservePool pool_;
+  OwnerCounters counters_;
+
+  std::unordered_map<std::string, Entry> index_;
+  std::unordered_map<std::string, uint64_t> inflight_;   // key -> put_id of the open plan
+  std::unordered_map<uint64_t, PutPlan> plans_;
+  std::deque<Waiter> waiters_;                           // FIFO claim turn
+  std::map<uint64_t, PublishJob> publish_;               // put_id -> job
+  std::map<uint64_t, RemoveJob> removes_;
+  std::unordered_map<uint64_t, std::pair<bool, uint64_t>> master_tokens_;  // token -> (is_publish, id)
+  std::unordered_map<uint64_t, Handle> handles_;
+  std::unordered_map<uint64_t, Holding> holdings_;
+  std::unordered_map<uint64_t, Session> sessions_;
+
+  uint64_t next_put_id_ = 1, next_handle_ = 1, next_holding_ = 1, next_session_ = 1;
+  uint64_t next_master_token_ = 1, next_remove_job_ = 1;
+  uint64_t live_routes_ = 0;
+};
+
+}  // namespace fluxon

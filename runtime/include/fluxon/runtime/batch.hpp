@@ -1,0 +1,42 @@
+// Batch argument rules and atomic-group prefix math shared by put and get (design: "Put 与 Get
+// 使用同一种 atomic_group_lens 分区语义"). Pure functions: validated once at the edge, then trusted.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fluxon/runtime/status.hpp"
+
+namespace fluxon {
+
+// Every key non-empty, no key repeated in the batch, at least one key.
+Status validate_keys(const std::vector<std::string>& keys);
+
+// Groups: each > 0, sum == n. Empty optional = every key its own group.
+Status validate_group_lens(const std::optional<std::vector<uint32_t>>& group_lens, size_t n);
+
+// Mask: length == n and constant inside every group.
+Status validate_replica_mask(const std::optional<std::vector<bool>>& mask,
+                             const std::optional<std::vector<uint32_t>>& group_lens, size_t n);
+
+struct PrefixResult {
+  uint32_t raw_prefix_hit_len = 0;   // contiguous hits, not aligned to groups
+  uint32_t transferable_len = 0;     // never cuts a group
+  uint32_t prefix_hit_groups = 0;    // complete groups inside transferable_len
+  std::optional<uint32_t> first_miss_index;
+  std::optional<uint32_t> first_miss_group_index;
+  bool all_hit = false;              // transferable_len == n
+};
+
+// A1: a group counts only when every member hits. With prefix_best_effort == false the batch is
+// all-or-nothing: anything short of a full hit transfers nothing.
+PrefixResult compute_prefix(const std::vector<bool>& hits,
+                            const std::optional<std::vector<uint32_t>>& group_lens,
+                            bool prefix_best_effort);
+
+// consume_prefix_len must be > 0, <= transferable_len and on a group boundary.
+Status validate_consume_prefix(uint32_t consume, uint32_t transferable_len,
+                               const std::optional<std::vector<uint32_t>>& group_lens);
+
+}  // namespace fluxon

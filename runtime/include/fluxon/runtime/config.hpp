@@ -1,0 +1,61 @@
+// Cluster configuration (YAML; JSON is valid YAML). Parsed and validated once, at the edge:
+// every rejection names the field.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fluxon/runtime/reserve_pool.hpp"
+#include "fluxon/runtime/status.hpp"
+
+namespace fluxon {
+
+struct MasterConfig {
+  std::string listen_host = "127.0.0.1";
+  uint16_t port = 7600;
+  uint16_t metrics_port = 0;  // 0: no /metrics endpoint
+};
+
+struct OwnerConfig {
+  uint32_t node_id = 1;
+  std::string role = "sglang_owner";  // or remote_cache
+  std::string listen_host = "127.0.0.1";
+  uint16_t port = 7610;
+  uint16_t metrics_port = 0;
+  uint64_t dram_bytes = 1ull << 30;                 // contribute_to_cluster_pool_size.dram
+  uint64_t grant_bytes = kDefaultGrantBytes;        // local_reserve_grant_bytes
+  std::optional<ExpectedCapacity> expected_capacity;  // owner_local_reserve_expected_capacity
+  uint32_t soft_wait_ms = 10;
+  uint32_t hard_timeout_ms = 30000;
+  uint32_t get_handle_ttl_ms = 60000;
+  uint32_t publish_retry_ms = 500;   // PutDone re-sent with the same identity after this (T1)
+  uint32_t master_rpc_timeout_ms = 5000;
+};
+
+struct ClientConfig {
+  std::string owner_address;        // host:port; empty = embedded mode
+  uint32_t rpc_timeout_ms = 60000;
+};
+
+struct ClusterConfig {
+  std::string cluster_name = "fluxon";
+  std::string run_dir;              // pid files and logs of `fluxon cluster`; default /tmp/fluxon-<name>
+  MasterConfig master;
+  std::vector<OwnerConfig> owners;
+  ClientConfig client;
+  bool embedded() const { return client.owner_address.empty(); }
+  // The owner section with this node id (or the first when node_id == 0).
+  Result<OwnerConfig> owner(uint32_t node_id) const;
+};
+
+// The embedded profile when no config is given: sized for a laptop.
+ClusterConfig default_embedded_config();
+
+Result<ClusterConfig> parse_config_text(const std::string& yaml_text);
+Result<ClusterConfig> load_config_file(const std::string& path);
+Status validate(const ClusterConfig& c);
+// "4GiB", "512MiB", "4096", "1.5GB" -> bytes.
+Result<uint64_t> parse_bytes(const std::string& s);
+
+}  // namespace fluxon

@@ -1,0 +1,112 @@
+// The owner's local reserve pool (SPEC §4): the segment is cut into grants; a grant serving a slot
+// class is cut into exact-fit slots of that class. S1: the unit of use and reuse is one slot; a grant
+// is only a container and goes back (shrink) only when every slot in it is Free.
+// Plain state machine: no I/O, no clock, no threads. The owner core serialises calls.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fluxon/runtime/status.hpp"
+
+namespace fluxon {
+
+constexpr uint64_t kMinSlotBytes = 4096;
+constexpr uint64_t kDefaultGrantBytes = 512ull << 20;
+
+uint64_t slot_size_for(uint64_t value_len);
+
+struct ExpectedCapacity {
+  uint64_t value_len = 0;
+  uint64_t payload_capacity_bytes = 0;
+};
+
+struct ExpectedGrants {
+  uint64_t slot_size = 0;
+  uint64_t slots_per_grant = 0;
+  uint64_t expected_grants = 0;
+};
+// slots_per_grant = floor(grant / slot_size); expected = ceil(payload / (slots_per_grant*slot_size)).
+Result<ExpectedGrants> expected_grants(const ExpectedCapacity& cap, uint64_t grant_bytes);
+
+enum class SlotState : uint8_t { kFree, kPrepared, kPendingLocalVisible, kPending, kCommitted };
+const char* slot_state_name(SlotState s);
+
+// Slot identity: grant index and slot index inside the grant.
+struct SlotRef {
+  uint32_t grant = 0;
+  uint32_t index = 0;
+  uint64_t packed() const { return (uint64_t(grant) << 32) | index; }
+  static SlotRef unpack(uint64_t v) { return {uint32_t(v >> 32), uint32_t(v)}; }
+  bool operator==(const SlotRef&) const = default;
+};
+
+struct Slot {
+  SlotState state = SlotState::kFree;
+  bool route_live = false;     // a live master route references this slot
+  uint32_t holder_refs = 0;    // resident holder (precommit entry) + exported holdings
+};
+
+struct PoolCounts {
+  uint64_t free = 0, prepared = 0, pending_local_visible = 0, pending = 0, committed = 0;
+  uint64_t grants = 0;          // grants serving a slot class
+  uint64_t grants_total = 0;    // grants the segment can hold
+  uint64_t grant_limit = 0;     // hard limit (expected grants when configured)
+};
+
+class ReservePool {
+ public:
+  ReservePool(uint64_t segment_bytes, uint64_t grant_bytes, std::optional<ExpectedCapacity> expected);
+
+  uint64_t grant_bytes() const { return grant_bytes_; }
+  uint64_t slot_offset(SlotRef r) const;
+  uint64_t slot_size(SlotRef r) const { return grants_[r.grant].slot_size; }
+  const Slot& slot(SlotRef r) const { return grants_[r.grant].slots[r.index]; }
+
+  // Claims n Free slots of the class of value_len, all or nothing, moving them to Prepared.
+  // Returns nullopt when the pool cannot satisfy the claim now (the caller waits and retries);
+  // NoSpace when it never could (more slots than the configured capacity of the class).
+  Result<std::optional<std::vector<SlotRef>>> try_claim(uint64_t value_len, uint32_t n);
+
+  // Prepared -> Free (put_abort, validation failure after claim).
+  void abort(SlotRef r);
+  // Prepared -> PendingLocalVisible; the precommit entry takes the resident holder (V1).
+  void commit_local(SlotRef r);
+  // PendingLocalVisible -> Committed: the resident holder becomes the route reference (V3).
+  void route_live(SlotRef r);
+  // The route is gone (removed, superseded, or never published). S2: Free when no holder remains.
+  void route_dropped(SlotRef r);
+  void add_holder(SlotRef r);
+  void release_holder(SlotRef r);
+
+  PoolCounts counts() const;
+  // Slots that became Free since the last call: the owner retries waiting claims then.
+  bool take_freed() { bool f = freed_; freed_ = false; return f; }
+
+ private:
+  struct Grant {
+    uint64_t slot_size = 0;            // 0: not serving a class
+    std::vector<Slot> slots;
+    uint32_t free_slots = 0;
+  };
+  struct SlotClass {
+    std::deque<SlotRef> free;          // LIFO reuse keeps hot slots warm
+    uint64_t grants = 0;
+  };
+  bool refill(uint64_t slot_size, uint32_t need);
+  void make_free(SlotRef r);
+  uint64_t max_slots_for(uint64_t slot_size) const;
+
+  uint64_t grant_bytes_;
+  std::vector<Grant> grants_;
+  std::map<uint64_t, SlotClass> classes_;
+  uint64_t grant_limit_;
+  uint64_t grants_in_use_ = 0;
+  bool freed_ = false;
+  PoolCounts counts_;
+};
+
+}  // namespace fluxon

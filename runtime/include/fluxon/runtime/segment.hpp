@@ -1,0 +1,42 @@
+// The owner's shared memory segment: POSIX shm, mode 0600, named per cluster, node and
+// generation, removed when the owner stops. Clients map it by name.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fluxon/runtime/status.hpp"
+
+namespace fluxon {
+
+std::string segment_name(const std::string& cluster, uint32_t node_id, uint64_t generation);
+
+class Segment {
+ public:
+  // Owner side: create (O_EXCL, 0600), size, map. Stale segments of the same cluster/node left by a
+  // killed owner are removed first.
+  static Result<std::unique_ptr<Segment>> create(const std::string& cluster, uint32_t node_id,
+                                                 uint64_t generation, uint64_t bytes);
+  // Client side: map an existing segment read/write.
+  static Result<std::unique_ptr<Segment>> open(const std::string& name, uint64_t bytes);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  uint8_t* base() const { return base_; }
+  uint64_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  Segment(std::string name, uint8_t* base, uint64_t size, int owner_fd)
+      : name_(std::move(name)), base_(base), size_(size), owner_fd_(owner_fd) {}
+  std::string name_;
+  uint8_t* base_;
+  uint64_t size_;
+  int owner_fd_;  // owner: holds the liveness lock; client: -1
+};
+
+// A fresh owner generation: never repeats across restarts of the same node.
+uint64_t new_generation();
+
+}  // namespace fluxon

@@ -1,0 +1,97 @@
+#include "fluxon/runtime/batch.hpp"
+
+#include <unordered_set>
+
+namespace fluxon {
+
+Status validate_keys(const std::vector<std::string>& keys) {
+  if (keys.empty()) return invalid_argument("keys: empty batch");
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(keys.size() * 2);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty()) return invalid_argument("keys[" + std::to_string(i) + "]: empty key");
+    if (!seen.insert(keys[i]).second)
+      return invalid_argument("keys[" + std::to_string(i) + "]: key '" + keys[i] +
+                              "' repeated in one batch");
+  }
+  return Status::ok();
+}
+
+Status validate_group_lens(const std::optional<std::vector<uint32_t>>& group_lens, size_t n) {
+  if (!group_lens) return Status::ok();
+  if (group_lens->empty()) return invalid_argument("atomic_group_lens: empty list");
+  uint64_t sum = 0;
+  for (size_t i = 0; i < group_lens->size(); ++i) {
+    if ((*group_lens)[i] == 0)
+      return invalid_argument("atomic_group_lens[" + std::to_string(i) + "]: must be > 0");
+    sum += (*group_lens)[i];
+  }
+  if (sum != n)
+    return invalid_argument("atomic_group_lens: sum " + std::to_string(sum) +
+                            " != number of keys " + std::to_string(n));
+  return Status::ok();
+}
+
+Status validate_replica_mask(const std::optional<std::vector<bool>>& mask,
+                             const std::optional<std::vector<uint32_t>>& group_lens, size_t n) {
+  if (!mask) return Status::ok();
+  if (mask->size() != n)
+    return invalid_argument("make_replica_task_mask: length " + std::to_string(mask->size()) +
+                            " != number of keys " + std::to_string(n));
+  if (!group_lens) return Status::ok();
+  size_t start = 0;
+  for (size_t g = 0; g < group_lens->size(); ++g) {
+    size_t end = start + (*group_lens)[g];
+    for (size_t i = start + 1; i < end; ++i)
+      if ((*mask)[i] != (*mask)[start])
+        return invalid_argument("make_replica_task_mask: mixed values inside atomic group " +
+                                std::to_string(g));
+    start = end;
+  }
+  return Status::ok();
+}
+
+PrefixResult compute_prefix(const std::vector<bool>& hits,
+                            const std::optional<std::vector<uint32_t>>& group_lens,
+                            bool prefix_best_effort) {
+  PrefixResult r;
+  const uint32_t n = static_cast<uint32_t>(hits.size());
+  while (r.raw_prefix_hit_len < n && hits[r.raw_prefix_hit_len]) ++r.raw_prefix_hit_len;
+  if (r.raw_prefix_hit_len < n) r.first_miss_index = r.raw_prefix_hit_len;
+  // Walk the groups: a group is hit when it ends inside the raw prefix.
+  uint32_t start = 0, g = 0;
+  const size_t groups = group_lens ? group_lens->size() : n;
+  for (; g < groups; ++g) {
+    uint32_t len = group_lens ? (*group_lens)[g] : 1;
+    if (start + len > r.raw_prefix_hit_len) break;
+    start += len;
+  }
+  r.prefix_hit_groups = g;
+  r.transferable_len = start;
+  if (r.first_miss_index) r.first_miss_group_index = g;
+  if (!prefix_best_effort && r.transferable_len != n) {
+    r.transferable_len = 0;
+    r.prefix_hit_groups = 0;
+  }
+  r.all_hit = r.transferable_len == n;
+  return r;
+}
+
+Status validate_consume_prefix(uint32_t consume, uint32_t transferable_len,
+                               const std::optional<std::vector<uint32_t>>& group_lens) {
+  if (consume == 0) return invalid_argument("consume_prefix_len: must be > 0");
+  if (consume > transferable_len)
+    return invalid_argument("consume_prefix_len: " + std::to_string(consume) +
+                            " > transferable_len " + std::to_string(transferable_len));
+  if (!group_lens) return Status::ok();
+  uint32_t edge = 0;
+  for (uint32_t len : *group_lens) {
+    edge += len;
+    if (edge == consume) return Status::ok();
+    if (edge > consume) break;
+  }
+  return invalid_argument("consume_prefix_len: " + std::to_string(consume) +
+                          " is not on an atomic-group boundary");
+}
+
+}  // namespace fluxon

@@ -1,0 +1,235 @@
+#include "fluxon/runtime/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace fluxon {
+
+namespace {
+
+const std::set<std::string> kOwnerOnlyKeys = {
+    "contribute_to_cluster_pool_size", "owner_local_reserve_expected_capacity",
+    "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
+    "get_handle_ttl_ms", "node_id", "role"};
+
+Status check_keys(const YAML::Node& n, const std::string& where, const std::set<std::string>& allowed) {
+  if (!n.IsMap()) return invalid_argument(where + ": expected a mapping");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (allowed.count(k)) continue;
+    if (kOwnerOnlyKeys.count(k) && where.rfind("owners", 0) != 0)
+      return invalid_argument(where + "." + k + ": owner-only key not allowed here");
+    return invalid_argument(where + "." + k + ": unknown key");
+  }
+  return Status::ok();
+}
+
+template <class T>
+Status get_uint(const YAML::Node& n, const std::string& key, const std::string& where, T& out) {
+  if (!n[key]) return Status::ok();
+  const std::string field = where + "." + key;
+  try {
+    const auto s = n[key].as<std::string>();
+    auto v = parse_bytes(s);
+    if (!v.ok()) return invalid_argument(field + ": " + v.status().message());
+    if (*v == 0) return invalid_argument(field + ": must be > 0");
+    if (*v > std::numeric_limits<T>::max()) return invalid_argument(field + ": out of range");
+    out = static_cast<T>(*v);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(field + ": " + e.what());
+  }
+  return Status::ok();
+}
+
+Status get_str(const YAML::Node& n, const std::string& key, const std::string& where, std::string& out) {
+  if (!n[key]) return Status::ok();
+  if (!n[key].IsScalar()) return invalid_argument(where + "." + key + ": expected a string");
+  out = n[key].as<std::string>();
+  if (out.empty()) return invalid_argument(where + "." + key + ": empty");
+  return Status::ok();
+}
+
+#define FLX_TRY(expr)              \
+  do {                             \
+    Status _s = (expr);            \
+    if (!_s.is_ok()) return _s;    \
+  } while (0)
+
+Status parse_master(const YAML::Node& n, MasterConfig& m) {
+  FLX_TRY(check_keys(n, "master", {"listen_host", "port", "metrics_port"}));
+  FLX_TRY(get_str(n, "listen_host", "master", m.listen_host));
+  FLX_TRY(get_uint(n, "port", "master", m.port));
+  if (n["metrics_port"] && n["metrics_port"].as<std::string>() == "0") m.metrics_port = 0;
+  else FLX_TRY(get_uint(n, "metrics_port", "master", m.metrics_port));
+  return Status::ok();
+}
+
+Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o) {
+  FLX_TRY(check_keys(n, where,
+                     {"node_id", "role", "listen_host", "port", "metrics_port",
+                      "contribute_to_cluster_pool_size", "local_reserve_grant_bytes",
+                      "owner_local_reserve_expected_capacity", "local_reserve_soft_wait_ms",
+                      "local_reserve_hard_timeout_ms", "get_handle_ttl_ms", "publish_retry_ms",
+                      "master_rpc_timeout_ms"}));
+  FLX_TRY(get_uint(n, "node_id", where, o.node_id));
+  FLX_TRY(get_str(n, "role", where, o.role));
+  FLX_TRY(get_str(n, "listen_host", where, o.listen_host));
+  FLX_TRY(get_uint(n, "port", where, o.port));
+  if (n["metrics_port"] && n["metrics_port"].as<std::string>() == "0") o.metrics_port = 0;
+  else FLX_TRY(get_uint(n, "metrics_port", where, o.metrics_port));
+  if (auto p = n["contribute_to_cluster_pool_size"]) {
+    FLX_TRY(check_keys(p, where + ".contribute_to_cluster_pool_size", {"dram"}));
+    FLX_TRY(get_uint(p, "dram", where + ".contribute_to_cluster_pool_size", o.dram_bytes));
+  }
+  FLX_TRY(get_uint(n, "local_reserve_grant_bytes", where, o.grant_bytes));
+  if (auto e = n["owner_local_reserve_expected_capacity"]) {
+    const std::string w = where + ".owner_local_reserve_expected_capacity";
+    FLX_TRY(check_keys(e, w, {"value_len", "payload_capacity_bytes"}));
+    if (!e["value_len"] || !e["payload_capacity_bytes"])
+      return invalid_argument(w + ": needs value_len and payload_capacity_bytes");
+    ExpectedCapacity cap;
+    FLX_TRY(get_uint(e, "value_len", w, cap.value_len));
+    FLX_TRY(get_uint(e, "payload_capacity_bytes", w, cap.payload_capacity_bytes));
+    o.expected_capacity = cap;
+  }
+  FLX_TRY(get_uint(n, "local_reserve_soft_wait_ms", where, o.soft_wait_ms));
+  FLX_TRY(get_uint(n, "local_reserve_hard_timeout_ms", where, o.hard_timeout_ms));
+  FLX_TRY(get_uint(n, "get_handle_ttl_ms", where, o.get_handle_ttl_ms));
+  FLX_TRY(get_uint(n, "publish_retry_ms", where, o.publish_retry_ms));
+  FLX_TRY(get_uint(n, "master_rpc_timeout_ms", where, o.master_rpc_timeout_ms));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<uint64_t> parse_bytes(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return invalid_argument("'" + s + "' is not a size");
+  double num = 0;
+  try {
+    num = std::stod(s.substr(0, i));
+  } catch (...) {
+    return invalid_argument("'" + s + "' is not a size");
+  }
+  std::string unit = s.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "KiB") mul = 1024.0;
+  else if (unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB") mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") mul = 1e3;
+  else if (unit == "MB") mul = 1e6;
+  else if (unit == "GB") mul = 1e9;
+  else return invalid_argument("'" + s + "': unknown unit '" + unit + "'");
+  double v = std::floor(num * mul);
+  if (v < 0 || v > 1.8e19) return invalid_argument("'" + s + "' out of range");
+  return static_cast<uint64_t>(v);
+}
+
+Result<OwnerConfig> ClusterConfig::owner(uint32_t node_id) const {
+  if (owners.empty()) return invalid_argument("owners: no owner configured");
+  if (node_id == 0) return owners.front();
+  for (const auto& o : owners)
+    if (o.node_id == node_id) return o;
+  return invalid_argument("owners: no owner with node_id " + std::to_string(node_id));
+}
+
+ClusterConfig default_embedded_config() {
+  ClusterConfig c;
+  c.cluster_name = "embedded";
+  OwnerConfig o;
+  o.dram_bytes = 1ull << 30;
+  o.grant_bytes = 64ull << 20;
+  c.owners.push_back(o);
+  return c;
+}
+
+Status validate(const ClusterConfig& c) {
+  if (c.cluster_name.empty()) return invalid_argument("cluster_name: empty");
+  for (char ch : c.cluster_name)
+    if (!isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_')
+      return invalid_argument("cluster_name: only [A-Za-z0-9_-] allowed");
+  std::set<uint32_t> ids;
+  for (size_t i = 0; i < c.owners.size(); ++i) {
+    const auto& o = c.owners[i];
+    const std::string w = "owners[" + std::to_string(i) + "]";
+    if (!ids.insert(o.node_id).second) return invalid_argument(w + ".node_id: duplicate");
+    if (o.role != "sglang_owner" && o.role != "remote_cache")
+      return invalid_argument(w + ".role: must be sglang_owner or remote_cache");
+    if (o.grant_bytes % kMinSlotBytes != 0)
+      return invalid_argument(w + ".local_reserve_grant_bytes: must be a multiple of 4096");
+    if (o.grant_bytes > o.dram_bytes)
+      return invalid_argument(w + ".local_reserve_grant_bytes: larger than contribute_to_cluster_pool_size.dram");
+    if (o.hard_timeout_ms <= o.soft_wait_ms)
+      return invalid_argument(w + ".local_reserve_hard_timeout_ms: must be > local_reserve_soft_wait_ms");
+    if (o.expected_capacity) {
+      auto eg = expected_grants(*o.expected_capacity, o.grant_bytes);
+      if (!eg.ok())
+        return invalid_argument(w + ".owner_local_reserve_expected_capacity: " + eg.status().message());
+      if (eg->expected_grants * o.grant_bytes > o.dram_bytes)
+        return invalid_argument(w + ".owner_local_reserve_expected_capacity: warm-up of " +
+                                std::to_string(eg->expected_grants) + " grants exceeds the owner's dram");
+    }
+  }
+  return Status::ok();
+}
+
+Result<ClusterConfig> parse_config_text(const std::string& text) {
+  ClusterConfig c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(std::string("config: ") + e.what());
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  try {
+    FLX_TRY(check_keys(root, "config", {"cluster_name", "run_dir", "master", "owners", "owner", "client", "owner_address"}));
+    FLX_TRY(get_str(root, "cluster_name", "config", c.cluster_name));
+    FLX_TRY(get_str(root, "run_dir", "config", c.run_dir));
+    if (root["master"]) FLX_TRY(parse_master(root["master"], c.master));
+    if (root["owner"]) {
+      OwnerConfig o;
+      FLX_TRY(parse_owner(root["owner"], "owners[0]", o));
+      c.owners.push_back(o);
+    }
+    if (auto owners = root["owners"]) {
+      if (!owners.IsSequence()) return invalid_argument("owners: expected a list");
+      for (size_t i = 0; i < owners.size(); ++i) {
+        OwnerConfig o;
+        o.node_id = uint32_t(c.owners.size() + 1);
+        o.port = uint16_t(7610 + c.owners.size());
+        FLX_TRY(parse_owner(owners[i], "owners[" + std::to_string(i) + "]", o));
+        c.owners.push_back(o);
+      }
+    }
+    if (auto cl = root["client"]) {
+      FLX_TRY(check_keys(cl, "client", {"owner_address", "rpc_timeout_ms"}));
+      FLX_TRY(get_str(cl, "owner_address", "client", c.client.owner_address));
+      FLX_TRY(get_uint(cl, "rpc_timeout_ms", "client", c.client.rpc_timeout_ms));
+    }
+    FLX_TRY(get_str(root, "owner_address", "config", c.client.owner_address));
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(std::string("config: ") + e.what());
+  }
+  if (c.owners.empty() && c.embedded()) c.owners = default_embedded_config().owners;
+  FLX_TRY(validate(c));
+  return c;
+}
+
+Result<ClusterConfig> load_config_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return invalid_argument("config: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_config_text(ss.str());
+}
+
+}  // namespace fluxon

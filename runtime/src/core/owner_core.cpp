@@ -1,0 +1,556 @@
+#include "fluxon/core/owner_core.hpp"
+
+#include <algorithm>
+
+#include "fluxon/runtime/batch.hpp"
+
+namespace fluxon {
+
+OwnerCore::OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_name, uint64_t segment_len)
+    : cfg_(std::move(cfg)),
+      generation_(generation),
+      segment_name_(std::move(segment_name)),
+      segment_len_(segment_len),
+      pool_(segment_len, cfg_.grant_bytes, cfg_.expected_capacity) {}
+
+Envelope OwnerCore::register_request() const {
+  wire::RegisterOwnerT r;
+  r.node_id = cfg_.node_id;
+  r.generation = generation_;
+  r.role = cfg_.role;
+  r.segment_len = segment_len_;
+  return make_envelope(std::move(r));
+}
+
+void OwnerCore::reply(OwnerOut::Kind k, uint64_t session, uint64_t token, Envelope env, Outbox& out) {
+  out.push_back(OwnerOut{k, session, token, std::move(env)});
+}
+
+void OwnerCore::reply_error(uint64_t session, uint64_t token, const Status& s, Outbox& out) {
+  counters_.errors_total++;
+  if (s.code() == Code::kMalformedMessage) counters_.malformed_total++;
+  if (s.code() == Code::kGenerationMismatch) counters_.generation_mismatch_total++;
+  reply(OwnerOut::Kind::kReply, session, token, error_envelope(s), out);
+}
+
+int OwnerCore::local_state(const std::string& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end()) return 0;
+  return it->second.live ? 2 : 1;
+}
+
+void OwnerCore::on_client_request(uint64_t token, Envelope& req, Millis now, Outbox& out) {
+  dispatch_client(token, req, now, out);
+  if (pool_.take_freed()) serve_waiters(now, out);
+}
+
+void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out) {
+  const uint64_t session = req.session_id;
+  if (auto* h = req.body.AsHello()) {
+    (void)h;
+    const uint64_t sid = next_session_++;
+    sessions_[sid];
+    wire::HelloReplyT r;
+    r.node_id = cfg_.node_id;
+    r.generation = generation_;
+    r.session_id = sid;
+    r.segment_name = segment_name_;
+    r.segment_len = segment_len_;
+    r.get_handle_ttl_ms = cfg_.get_handle_ttl_ms;
+    reply(OwnerOut::Kind::kReply, sid, token, make_envelope(std::move(r)), out);
+    return;
+  }
+  if (auto* p = req.body.AsPing()) {
+    reply(OwnerOut::Kind::kReply, session, token, make_envelope(wire::PongT{{}, p->seq}), out);
+    return;
+  }
+  if (req.body.AsStatsReq()) {
+    reply(OwnerOut::Kind::kReply, session, token, make_envelope(stats()), out);
+    return;
+  }
+  // Identity first: a caller holding an old generation never touches this owner's memory.
+  if (req.generation != 0 && req.generation != generation_) {
+    reply_error(session, token,
+                Status(Code::kGenerationMismatch, "request for owner generation " +
+                                                      std::to_string(req.generation) + ", owner is at " +
+                                                      std::to_string(generation_)),
+                out);
+    return;
+  }
+  if (!sessions_.count(session)) {
+    reply_error(session, token, Status(Code::kClosed, "unknown or closed session " + std::to_string(session)), out);
+    return;
+  }
+  if (auto* p = req.body.AsPutStartReq()) {
+    counters_.put_start_total++;
+    if (!waiters_.empty()) {  // claim turn: FIFO behind earlier waiters
+      counters_.reserve_waits_total++;
+      waiters_.push_back(Waiter{token, session, std::make_unique<Envelope>(std::move(req)), now});
+      return;
+    }
+    if (!try_put_start(token, session, *p, false, out)) {
+      counters_.reserve_waits_total++;
+      waiters_.push_back(Waiter{token, session, std::make_unique<Envelope>(std::move(req)), now});
+    }
+    return;
+  }
+  if (auto* p = req.body.AsPutCommitReq()) return put_commit(token, session, p->put_id, now, out);
+  if (auto* p = req.body.AsPutAbortReq()) return put_abort(token, session, p->put_id, out);
+  if (auto* p = req.body.AsGetStartReq()) return get_start(token, session, *p, now, out);
+  reply_error(session, token,
+              Status(Code::kMalformedMessage, std::string("unexpected request ") + body_name(req)), out);
+}
+
+bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, bool queued,
+                              Outbox& out) {
+  (void)queued;
+  const size_t n = req.keys.size();
+  std::optional<std::vector<uint32_t>> groups;
+  if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
+  std::optional<std::vector<bool>> mask;
+  if (!req.make_replica_task_mask.empty()) mask = req.make_replica_task_mask;
+  // The client validated already; the owner does not trust the wire.
+  Status st = validate_keys(req.keys);
+  if (st.is_ok() && req.value_len == 0) st = invalid_argument("value_len: must be > 0");
+  if (st.is_ok() && slot_size_for(req.value_len) > cfg_.grant_bytes)
+    st = invalid_argument("value_len: " + std::to_string(req.value_len) + " is larger than a grant of " +
+                          std::to_string(cfg_.grant_bytes) + " bytes");
+  if (st.is_ok()) st = validate_group_lens(groups, n);
+  if (st.is_ok()) st = validate_replica_mask(mask, groups, n);
+  if (!st.is_ok()) {
+    reply_error(session, token, st, out);
+    return true;
+  }
+  Status conflict(Code::kKeyConflict, "");
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto& k = req.keys[i];
+    if (req.reject_if_exist_same_key && index_.count(k)) {
+      conflict.indices.push_back(i);
+      conflict.reasons.push_back(ConflictReason::kExists);
+    } else if (req.reject_if_inflight_same_key && inflight_.count(k)) {
+      conflict.indices.push_back(i);
+      conflict.reasons.push_back(ConflictReason::kInflight);
+    }
+  }
+  if (!conflict.indices.empty()) {
+    counters_.put_conflict_total++;
+    Status s(Code::kKeyConflict, std::to_string(conflict.indices.size()) + " of " + std::to_string(n) +
+                                     " keys exist or are inflight (first: '" + req.keys[conflict.indices[0]] +
+                                     "')");
+    s.indices = std::move(conflict.indices);
+    s.reasons = std::move(conflict.reasons);
+    reply_error(session, token, s, out);
+    return true;
+  }
+  auto claimed = pool_.try_claim(req.value_len, static_cast<uint32_t>(n));
+  if (!claimed.ok()) {
+    if (claimed.status().code() == Code::kNoSpace) counters_.put_nospace_total++;
+    reply_error(session, token, claimed.status(), out);
+    return true;
+  }
+  if (!claimed->has_value()) return false;
+  const uint64_t put_id = next_put_id_++;
+  PutPlan plan;
+  plan.session = session;
+  plan.slots = std::move(**claimed);
+  plan.value_len = req.value_len;
+  plan.group_lens = req.atomic_group_lens;
+  wire::PutStartReplyT r;
+  r.put_id = put_id;
+  r.offsets.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    inflight_[req.keys[i]] = put_id;
+    r.offsets.push_back(pool_.slot_offset(plan.slots[i]));
+  }
+  plan.keys = std::move(req.keys);
+  plans_.emplace(put_id, std::move(plan));
+  sessions_[session].plans.insert(put_id);
+  counters_.put_keys_total += n;
+  reply(OwnerOut::Kind::kReply, session, token, make_envelope(std::move(r)), out);
+  return true;
+}
+
+void OwnerCore::serve_waiters(Millis now, Outbox& out) {
+  (void)now;
+  while (!waiters_.empty()) {
+    Waiter& w = waiters_.front();
+    if (!try_put_start(w.token, w.session, *w.req->body.AsPutStartReq(), true, out)) return;
+    waiters_.pop_front();
+  }
+}
+
+void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out) {
+  auto it = plans_.find(put_id);
+  if (it == plans_.end() || it->second.session != session) {
+    reply_error(session, token, invalid_argument("put plan " + std::to_string(put_id) + " is unknown or consumed"), out);
+    return;
+  }
+  PutPlan plan = std::move(it->second);
+  plans_.erase(it);
+  sessions_[session].plans.erase(put_id);
+  counters_.put_commit_total++;
+  PublishJob job;
+  job.session = session;
+  job.group_lens = plan.group_lens;
+  for (size_t i = 0; i < plan.keys.size(); ++i) {
+    const std::string& k = plan.keys[i];
+    auto inf = inflight_.find(k);
+    if (inf != inflight_.end() && inf->second == put_id) inflight_.erase(inf);
+    // V1: local-read-ready at once; the master is not consulted.
+    pool_.commit_local(plan.slots[i]);
+    auto old = index_.find(k);
+    if (old != index_.end()) {
+      Entry prev = old->second;
+      index_.erase(old);
+      supersede(k, prev, now, out);
+    }
+    index_[k] = Entry{put_id, plan.slots[i], plan.value_len, false};
+    job.offsets.push_back(pool_.slot_offset(plan.slots[i]));
+    job.lens.push_back(plan.value_len);
+  }
+  job.superseded.assign(plan.keys.size(), false);
+  job.keys = std::move(plan.keys);
+  job.slots = std::move(plan.slots);
+  reply(OwnerOut::Kind::kReply, session, token, make_envelope(wire::PutCommitReplyT{{}, put_id}), out);
+  auto [jit, _] = publish_.emplace(put_id, std::move(job));
+  send_publish(put_id, jit->second, now, out);
+}
+
+void OwnerCore::send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
+  wire::PutDoneT pd;
+  pd.node_id = cfg_.node_id;
+  pd.generation = generation_;
+  pd.put_id = put_id;  // T1: every attempt carries the same identity
+  pd.atomic_group_lens = job.group_lens;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    auto item = std::make_unique<wire::RouteItemT>();
+    item->key = job.keys[i];
+    item->offset = job.offsets[i];
+    item->len = job.lens[i];
+    pd.items.push_back(std::move(item));
+  }
+  // Earlier attempts stay answerable: any reply for this identity settles the job (T1).
+  job.tokens.push_back(next_master_token_++);
+  job.next_send = now + cfg_.publish_retry_ms;
+  master_tokens_[job.tokens.back()] = {true, put_id};
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), make_envelope(std::move(pd))});
+}
+
+void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox& out) {
+  if (old.live) {
+    // Route first: the slot stays route_live until the master confirms the removal.
+    queue_remove({key}, {old.put_id}, {old.slot}, now, out);
+  } else {
+    // Its publish job still runs: mark the item superseded; the job settles it on reply.
+    auto j = publish_.find(old.put_id);
+    if (j != publish_.end()) {
+      for (size_t i = 0; i < j->second.keys.size(); ++i)
+        if (j->second.keys[i] == key) j->second.superseded[i] = true;
+    }
+  }
+}
+
+void OwnerCore::queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
+                             std::vector<SlotRef> slots, Millis now, Outbox& out) {
+  const uint64_t id = next_remove_job_++;
+  auto [it, _] = removes_.emplace(id, RemoveJob{std::move(keys), std::move(put_ids), std::move(slots), {}, 0});
+  send_remove(id, it->second, now, out);
+}
+
+void OwnerCore::send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox& out) {
+  wire::RemoveRoutesT rr;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    auto item = std::make_unique<wire::RemoveRouteT>();
+    item->key = job.keys[i];
+    item->node_id = cfg_.node_id;
+    item->generation = generation_;
+    item->put_id = job.put_ids[i];
+    rr.items.push_back(std::move(item));
+  }
+  job.tokens.push_back(next_master_token_++);
+  job.next_send = now + cfg_.publish_retry_ms;
+  master_tokens_[job.tokens.back()] = {false, job_id};
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), make_envelope(std::move(rr))});
+}
+
+void OwnerCore::remove_key(const std::string& key, Millis now, Outbox& out) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  Entry e = it->second;
+  index_.erase(it);
+  supersede(key, e, now, out);
+}
+
+void OwnerCore::put_abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out) {
+  auto it = plans_.find(put_id);
+  if (it == plans_.end() || it->second.session != session) {
+    reply_error(session, token, invalid_argument("put plan " + std::to_string(put_id) + " is unknown or consumed"), out);
+    return;
+  }
+  for (size_t i = 0; i < it->second.keys.size(); ++i) {
+    auto inf = inflight_.find(it->second.keys[i]);
+    if (inf != inflight_.end() && inf->second == put_id) inflight_.erase(inf);
+    pool_.abort(it->second.slots[i]);
+  }
+  plans_.erase(it);
+  sessions_[session].plans.erase(put_id);
+  counters_.put_abort_total++;
+  reply(OwnerOut::Kind::kReply, session, token, make_envelope(wire::PutAbortReplyT{{}, put_id}), out);
+}
+
+void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out) {
+  const size_t n = req.keys.size();
+  std::optional<std::vector<uint32_t>> groups;
+  if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
+  Status st = validate_keys(req.keys);
+  if (st.is_ok()) st = validate_group_lens(groups, n);
+  if (!st.is_ok()) return reply_error(session, token, st, out);
+  counters_.get_start_total++;
+  counters_.get_keys_total += n;
+  // V1: a precommit (pending) entry is a local hit, exactly like a live one.
+  std::vector<bool> hits(n);
+  std::vector<const Entry*> entries(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    auto it = index_.find(req.keys[i]);
+    if (it != index_.end()) {
+      hits[i] = true;
+      entries[i] = &it->second;
+    }
+  }
+  PrefixResult pr = compute_prefix(hits, groups, req.prefix_best_effort);
+  wire::GetStartReplyT r;
+  r.raw_prefix_hit_len = pr.raw_prefix_hit_len;
+  r.transferable_len = pr.transferable_len;
+  r.prefix_hit_groups = pr.prefix_hit_groups;
+  r.first_miss_index = pr.first_miss_index ? int64_t(*pr.first_miss_index) : -1;
+  r.first_miss_group_index = pr.first_miss_group_index ? int64_t(*pr.first_miss_group_index) : -1;
+  counters_.get_hit_keys_total += pr.transferable_len;
+  // G5: only keys[:transferable_len] are pinned; nothing past it is held even for an instant.
+  if (pr.transferable_len > 0) {
+    Session& sess = sessions_[session];
+    Handle h{session, {}, now + cfg_.get_handle_ttl_ms};
+    h.holdings.reserve(pr.transferable_len);
+    for (uint32_t i = 0; i < pr.transferable_len; ++i) {
+      const Entry& e = *entries[i];
+      const uint64_t hid = next_holding_++;  // non-zero, unique per export
+      pool_.add_holder(e.slot);
+      holdings_.emplace(hid, Holding{e.slot, session});
+      sess.holdings.insert(hid);
+      h.holdings.push_back(hid);
+      r.offsets.push_back(pool_.slot_offset(e.slot));
+      r.lens.push_back(e.len);
+      r.holding_ids.push_back(hid);
+    }
+    r.handle_id = next_handle_++;
+    sess.handles.insert(r.handle_id);
+    handles_.emplace(r.handle_id, std::move(h));
+  }
+  reply(OwnerOut::Kind::kReply, session, token, make_envelope(std::move(r)), out);
+}
+
+void OwnerCore::release_holding(uint64_t holding_id, uint64_t session) {
+  auto it = holdings_.find(holding_id);
+  if (it == holdings_.end() || it->second.session != session) return;  // identity beats flags
+  pool_.release_holder(it->second.slot);
+  auto s = sessions_.find(session);
+  if (s != sessions_.end()) s->second.holdings.erase(holding_id);
+  holdings_.erase(it);
+}
+
+void OwnerCore::drop_handle(uint64_t handle_id) {
+  auto it = handles_.find(handle_id);
+  if (it == handles_.end()) return;
+  auto s = sessions_.find(it->second.session);
+  if (s != sessions_.end()) s->second.handles.erase(handle_id);
+  handles_.erase(it);
+}
+
+void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
+  const uint64_t session = note.session_id;
+  if (note.generation != 0 && note.generation != generation_) {
+    counters_.generation_mismatch_total++;
+    return;  // holdings of an old generation died with it
+  }
+  if (auto* ack = note.body.AsAckBatch()) {
+    for (auto& hd : ack->handles) {
+      auto it = handles_.find(hd->handle_id);
+      if (it != handles_.end() && it->second.session == session) {
+        drop_handle(hd->handle_id);
+      }
+      counters_.get_tail_released_total += hd->release_holding_ids.size();
+      for (uint64_t hid : hd->release_holding_ids) release_holding(hid, session);
+    }
+    for (uint64_t hid : ack->release) release_holding(hid, session);
+  } else {
+    counters_.malformed_total++;
+  }
+  if (pool_.take_freed()) serve_waiters(now, out);
+}
+
+void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now, Outbox& out) {
+  auto t = master_tokens_.find(token);
+  if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
+  auto [is_publish, id] = t->second;
+  if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
+  if (is_publish) {
+    auto j = publish_.find(id);
+    auto* pr = reply_env.body.AsPutDoneReply();
+    // Identity mismatch: keep the job, tick() re-sends.
+    if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return;
+    PublishJob job = std::move(j->second);
+    publish_.erase(j);
+    for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
+    Status result = Status::ok();
+    std::vector<std::string> rm_keys;
+    std::vector<uint64_t> rm_ids;
+    std::vector<SlotRef> rm_slots;
+    for (size_t i = 0; i < job.keys.size(); ++i) {
+      const bool superseded = job.superseded[i];
+      const auto res = pr->results[i];
+      if (res == wire::PutItemResult::Live) {
+        pool_.route_live(job.slots[i]);
+        live_routes_++;
+        if (superseded) {
+          // A newer version replaced it locally: remove this route, then the slot (S2).
+          rm_keys.push_back(job.keys[i]);
+          rm_ids.push_back(id);
+          rm_slots.push_back(job.slots[i]);
+        } else {
+          index_[job.keys[i]].live = true;
+        }
+      } else {
+        // Never published: the local copy is dropped (cache semantics), the caller learns why.
+        counters_.publish_exists_total++;
+        if (!superseded) index_.erase(job.keys[i]);
+        pool_.route_dropped(job.slots[i]);
+        if (result.is_ok()) {
+          result = Status(res == wire::PutItemResult::Exists ? Code::kKeyConflict : Code::kGenerationMismatch,
+                          "route for key '" + job.keys[i] + "' was not published: " +
+                              wire::EnumNamePutItemResult(res));
+        }
+        if (res == wire::PutItemResult::Exists) {
+          result.indices.push_back(uint32_t(i));
+          result.reasons.push_back(ConflictReason::kExists);
+        }
+      }
+    }
+    if (!rm_keys.empty()) queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), now, out);
+    counters_.put_live_total++;
+    if (sessions_.count(job.session)) {
+      wire::PutLiveT live;
+      live.put_id = id;
+      if (!result.is_ok()) live.error = std::make_unique<wire::ErrorT>(to_wire(result));
+      out.push_back(OwnerOut{OwnerOut::Kind::kNote, job.session, 0, make_envelope(std::move(live))});
+    }
+  } else {
+    auto j = removes_.find(id);
+    auto* rr = reply_env.body.AsRemoveRoutesReply();
+    if (j == removes_.end() || !rr || rr->removed.size() != j->second.keys.size()) return;
+    for (uint64_t tok : j->second.tokens) master_tokens_.erase(tok);
+    // Removed or already absent: either way no master route references the slot now.
+    for (SlotRef s : j->second.slots) {
+      pool_.route_dropped(s);
+      live_routes_--;
+      counters_.route_remove_total++;
+    }
+    removes_.erase(j);
+  }
+  if (pool_.take_freed()) serve_waiters(now, out);
+}
+
+void OwnerCore::on_master_failure(uint64_t token, Millis now, Outbox& out) {
+  (void)now;
+  (void)out;
+  // Leave the job as it is; tick() re-sends when next_send passes. Nothing is freed on a guess.
+  (void)token;
+}
+
+void OwnerCore::tick(Millis now, Outbox& out) {
+  for (auto& [put_id, job] : publish_) {
+    if (now >= job.next_send) {
+      counters_.publish_retry_total++;
+      send_publish(put_id, job, now, out);
+    }
+  }
+  for (auto& [id, job] : removes_) {
+    if (now >= job.next_send) send_remove(id, job, now, out);
+  }
+  // Handle TTL: the same release path as cancel.
+  std::vector<uint64_t> expired;
+  for (auto& [hid, h] : handles_)
+    if (now >= h.deadline) expired.push_back(hid);
+  for (uint64_t hid : expired) {
+    auto h = handles_.at(hid);
+    counters_.handle_ttl_expired_total++;
+    drop_handle(hid);
+    for (uint64_t id : h.holdings) release_holding(id, h.session);
+  }
+  // Reserve waits: note the soft wait, fail at the hard timeout naming the stage.
+  serve_waiters(now, out);
+  size_t pos = 0;  // position in the queue before this tick's expiries
+  for (size_t i = 0; i < waiters_.size(); ++pos) {
+    Waiter& w = waiters_[i];
+    if (!w.soft_noted && now - w.since >= cfg_.soft_wait_ms) {
+      w.soft_noted = true;
+      counters_.reserve_soft_wait_total++;
+    }
+    if (now - w.since >= cfg_.hard_timeout_ms) {
+      counters_.reserve_timeout_total++;
+      Status s(Code::kLocalReserveTimeout, "no slot became free within " + std::to_string(cfg_.hard_timeout_ms) +
+                                               " ms; pool: " + std::to_string(pool_.counts().free) + " free, " +
+                                               std::to_string(pool_.counts().grants) + "/" +
+                                               std::to_string(pool_.counts().grant_limit) + " grants");
+      s.stage = pos == 0 ? "refill" : "claim_turn";
+      reply_error(w.session, w.token, s, out);
+      waiters_.erase(waiters_.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+void OwnerCore::close_session(uint64_t session, Outbox& out) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  Session s = std::move(it->second);
+  sessions_.erase(it);
+  for (uint64_t put_id : s.plans) {
+    auto p = plans_.find(put_id);
+    if (p == plans_.end()) continue;
+    for (size_t i = 0; i < p->second.keys.size(); ++i) {
+      auto inf = inflight_.find(p->second.keys[i]);
+      if (inf != inflight_.end() && inf->second == put_id) inflight_.erase(inf);
+      pool_.abort(p->second.slots[i]);
+    }
+    plans_.erase(p);
+  }
+  for (uint64_t h : s.handles) handles_.erase(h);
+  for (uint64_t hid : s.holdings) {
+    auto h = holdings_.find(hid);
+    if (h == holdings_.end()) continue;
+    pool_.release_holder(h->second.slot);
+    holdings_.erase(h);
+  }
+  std::erase_if(waiters_, [session](const Waiter& w) { return w.session == session; });
+  if (pool_.take_freed()) serve_waiters(0, out);
+}
+
+wire::StatsReplyT OwnerCore::stats() const {
+  auto c = pool_.counts();
+  wire::StatsReplyT r;
+  r.slots_free = c.free;
+  r.slots_prepared = c.prepared;
+  r.slots_pending_local_visible = c.pending_local_visible;
+  r.slots_pending = c.pending;
+  r.slots_committed = c.committed;
+  r.grants = c.grants;
+  r.active_put_plans = plans_.size();
+  r.active_get_handles = handles_.size();
+  r.holders = holdings_.size();
+  r.routes = live_routes_;
+  r.sessions = sessions_.size();
+  r.publish_jobs = publish_.size() + removes_.size();
+  return r;
+}
+
+}  // namespace fluxon

@@ -1,0 +1,93 @@
+#include "fluxon/runtime/segment.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace fluxon {
+
+std::string segment_name(const std::string& cluster, uint32_t node_id, uint64_t generation) {
+  return "/fluxon." + cluster + "." + std::to_string(node_id) + "." + std::to_string(generation);
+}
+
+static void remove_stale(const std::string& cluster, uint32_t node_id) {
+  const std::string prefix = "fluxon." + cluster + "." + std::to_string(node_id) + ".";
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind(prefix, 0) != 0) continue;
+    // A live owner holds an advisory lock on its segment for its whole life; a free lock means
+    // the creator is gone (killed) and the segment is stale.
+    std::string path = "/" + n;
+    int fd = shm_open(path.c_str(), O_RDWR, 0600);
+    if (fd < 0) continue;
+    if (lockf(fd, F_TLOCK, 0) == 0) shm_unlink(path.c_str());
+    close(fd);
+  }
+  closedir(d);
+}
+
+Result<std::unique_ptr<Segment>> Segment::create(const std::string& cluster, uint32_t node_id,
+                                                 uint64_t generation, uint64_t bytes) {
+  remove_stale(cluster, node_id);
+  std::string name = segment_name(cluster, node_id, generation);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return Status(Code::kInternal, "shm_open(" + name + "): " + strerror(errno));
+  fchmod(fd, 0600);  // umask must not widen or narrow it
+  // The owner holds an advisory lock for its whole life: a later owner of the same node can
+  // tell a stale segment (lock free) from a live one.
+  if (lockf(fd, F_TLOCK, 0) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    return Status(Code::kInternal, "segment " + name + ": " + strerror(e));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    return Status(Code::kInternal, "mmap(" + name + "): " + strerror(e));
+  }
+  return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, fd));
+}
+
+Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, uint64_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) return Status(Code::kGenerationMismatch, "segment " + name + " is gone: " + strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+    close(fd);
+    return Status(Code::kGenerationMismatch, "segment " + name + " is smaller than announced");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return Status(Code::kInternal, "mmap(" + name + "): " + strerror(errno));
+  return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, -1));
+}
+
+Segment::~Segment() {
+  munmap(base_, size_);
+  if (owner_fd_ >= 0) {
+    shm_unlink(name_.c_str());
+    close(owner_fd_);
+  }
+}
+
+uint64_t new_generation() {
+  std::random_device rd;
+  uint64_t r = (uint64_t(rd()) << 32) ^ rd();
+  uint64_t t = uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  uint64_t g = (t ^ (r << 1)) & 0x7fffffffffffffffull;
+  return g == 0 ? 1 : g;
+}
+
+}  // namespace fluxon

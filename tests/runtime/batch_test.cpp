@@ -1,0 +1,76 @@
+#include <doctest/doctest.h>
+
+#include "fluxon/runtime/batch.hpp"
+
+using namespace fluxon;
+
+TEST_CASE("validate_keys rejects empty batch, empty key, repeated key") {
+  CHECK(validate_keys({}).code() == Code::kInvalidArgument);
+  CHECK(validate_keys({"a", ""}).code() == Code::kInvalidArgument);
+  auto s = validate_keys({"a", "b", "a"});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message().find("keys[2]") != std::string::npos);
+  CHECK(validate_keys({"a", "b"}).is_ok());
+}
+
+TEST_CASE("validate_group_lens: each > 0, sum == n") {
+  CHECK(validate_group_lens(std::nullopt, 3).is_ok());
+  CHECK(validate_group_lens(std::vector<uint32_t>{1, 2}, 3).is_ok());
+  CHECK(validate_group_lens(std::vector<uint32_t>{1, 0, 2}, 3).code() == Code::kInvalidArgument);
+  CHECK(validate_group_lens(std::vector<uint32_t>{1, 1}, 3).code() == Code::kInvalidArgument);
+  CHECK(validate_group_lens(std::vector<uint32_t>{}, 3).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("validate_replica_mask: length and no mixed group") {
+  std::vector<uint32_t> g{2, 2};
+  CHECK(validate_replica_mask(std::vector<bool>{true, true, false, false}, g, 4).is_ok());
+  CHECK(validate_replica_mask(std::vector<bool>{true, false, false, false}, g, 4).code() == Code::kInvalidArgument);
+  CHECK(validate_replica_mask(std::vector<bool>{true, true, false}, g, 4).code() == Code::kInvalidArgument);
+  CHECK(validate_replica_mask(std::vector<bool>{true, false, true}, std::nullopt, 3).is_ok());
+}
+
+TEST_CASE("A1: compute_prefix never cuts a group") {
+  std::vector<uint32_t> g{2, 3, 1};
+  auto r = compute_prefix({true, true, true, true, false, true}, g, true);
+  CHECK(r.raw_prefix_hit_len == 4);
+  CHECK(r.transferable_len == 2);
+  CHECK(r.prefix_hit_groups == 1);
+  CHECK(r.first_miss_index == 4u);
+  CHECK(r.first_miss_group_index == 1u);
+  CHECK_FALSE(r.all_hit);
+
+  auto all = compute_prefix({true, true, true, true, true, true}, g, true);
+  CHECK(all.all_hit);
+  CHECK(all.transferable_len == 6);
+  CHECK(all.prefix_hit_groups == 3);
+  CHECK_FALSE(all.first_miss_index.has_value());
+  CHECK_FALSE(all.first_miss_group_index.has_value());
+
+  auto none = compute_prefix({false, true}, std::nullopt, true);
+  CHECK(none.transferable_len == 0);
+  CHECK(none.first_miss_index == 0u);
+  CHECK(none.first_miss_group_index == 0u);
+
+  auto single = compute_prefix({true, true, false}, std::nullopt, true);
+  CHECK(single.transferable_len == 2);
+  CHECK(single.prefix_hit_groups == 2);
+  CHECK(single.first_miss_group_index == 2u);
+}
+
+TEST_CASE("compute_prefix without best effort is all-or-nothing") {
+  auto r = compute_prefix({true, true, false}, std::nullopt, false);
+  CHECK(r.raw_prefix_hit_len == 2);
+  CHECK(r.transferable_len == 0);
+  CHECK(r.prefix_hit_groups == 0);
+  CHECK(compute_prefix({true, true}, std::nullopt, false).all_hit);
+}
+
+TEST_CASE("validate_consume_prefix: > 0, <= transferable, on a group boundary") {
+  std::vector<uint32_t> g{2, 3};
+  CHECK(validate_consume_prefix(0, 5, g).code() == Code::kInvalidArgument);
+  CHECK(validate_consume_prefix(6, 5, g).code() == Code::kInvalidArgument);
+  CHECK(validate_consume_prefix(3, 5, g).code() == Code::kInvalidArgument);
+  CHECK(validate_consume_prefix(2, 5, g).is_ok());
+  CHECK(validate_consume_prefix(5, 5, g).is_ok());
+  CHECK(validate_consume_prefix(3, 5, std::nullopt).is_ok());
+}

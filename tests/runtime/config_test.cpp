@@ -1,0 +1,83 @@
+#include <doctest/doctest.h>
+
+#include "fluxon/runtime/config.hpp"
+
+using namespace fluxon;
+
+static std::string err(const std::string& yaml) {
+  auto r = parse_config_text(yaml);
+  if (r.ok()) return "";
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST_CASE("config parses sizes and owners") {
+  auto r = parse_config_text(R"(
+cluster_name: t1
+master: {port: 7700, metrics_port: 9700}
+owners:
+  - node_id: 1
+    port: 7701
+    contribute_to_cluster_pool_size: {dram: 2GiB}
+    local_reserve_grant_bytes: 64MiB
+    owner_local_reserve_expected_capacity: {value_len: 4718592, payload_capacity_bytes: 1GiB}
+)");
+  REQUIRE(r.ok());
+  CHECK(r->cluster_name == "t1");
+  CHECK(r->master.port == 7700);
+  CHECK(r->master.metrics_port == 9700);
+  REQUIRE(r->owners.size() == 1);
+  CHECK(r->owners[0].dram_bytes == 2ull << 30);
+  CHECK(r->owners[0].grant_bytes == 64ull << 20);
+  CHECK(r->owners[0].expected_capacity->value_len == 4718592);
+  CHECK(r->embedded());
+}
+
+TEST_CASE("empty config is the embedded laptop profile") {
+  auto r = parse_config_text("");
+  REQUIRE(r.ok());
+  CHECK(r->embedded());
+  REQUIRE(r->owners.size() == 1);
+  CHECK(r->owners[0].dram_bytes == 1ull << 30);
+}
+
+TEST_CASE("external client config") {
+  auto r = parse_config_text(R"({"owner_address": "127.0.0.1:7610"})");
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->embedded());
+  CHECK(r->client.owner_address == "127.0.0.1:7610");
+}
+
+TEST_CASE("validation rejects with the field named") {
+  CHECK(err("owners: [{local_reserve_hard_timeout_ms: 10, local_reserve_soft_wait_ms: 10}]")
+            .find("local_reserve_hard_timeout_ms") != std::string::npos);
+  CHECK(err("owners: [{get_handle_ttl_ms: 0}]").find("get_handle_ttl_ms") != std::string::npos);
+  CHECK(err("owners: [{contribute_to_cluster_pool_size: {dram: -5}}]").find("dram") != std::string::npos);
+  CHECK(err("owners: [{local_reserve_grant_bytes: 4GiB, contribute_to_cluster_pool_size: {dram: 1GiB}}]")
+            .find("local_reserve_grant_bytes") != std::string::npos);
+  // value larger than a grant
+  CHECK(err("owners: [{local_reserve_grant_bytes: 1MiB, owner_local_reserve_expected_capacity: "
+            "{value_len: 2MiB, payload_capacity_bytes: 10MiB}}]")
+            .find("owner_local_reserve_expected_capacity") != std::string::npos);
+  // warm-up larger than the owner's DRAM
+  CHECK(err("owners: [{contribute_to_cluster_pool_size: {dram: 64MiB}, local_reserve_grant_bytes: 16MiB, "
+            "owner_local_reserve_expected_capacity: {value_len: 1MiB, payload_capacity_bytes: 1GiB}}]")
+            .find("exceeds") != std::string::npos);
+  // owner-only keys on the master and the client
+  CHECK(err("master: {contribute_to_cluster_pool_size: {dram: 1GiB}}").find("owner-only") != std::string::npos);
+  CHECK(err("client: {owner_local_reserve_expected_capacity: {value_len: 1, payload_capacity_bytes: 1}}")
+            .find("owner-only") != std::string::npos);
+  CHECK(err("owners: [{colour: red}]").find("owners[0].colour") != std::string::npos);
+  CHECK(err("owners: [{node_id: 1}, {node_id: 1}]").find("duplicate") != std::string::npos);
+  CHECK(err("cluster_name: 'a b'").find("cluster_name") != std::string::npos);
+  CHECK(err("master: [1, 2").find("config") != std::string::npos);
+}
+
+TEST_CASE("parse_bytes") {
+  CHECK(*parse_bytes("4096") == 4096);
+  CHECK(*parse_bytes("4KiB") == 4096);
+  CHECK(*parse_bytes("1.5GiB") == 1610612736ull);
+  CHECK(*parse_bytes("2 MB") == 2000000);
+  CHECK_FALSE(parse_bytes("lots").ok());
+  CHECK_FALSE(parse_bytes("5 parsecs").ok());
+}

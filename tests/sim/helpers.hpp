@@ -1,0 +1,66 @@
+#pragma once
+#include <doctest/doctest.h>
+
+#include "fluxon/sim/sim.hpp"
+
+namespace fluxon::test {
+
+inline OwnerConfig small_owner() {
+  OwnerConfig c;
+  c.dram_bytes = 8ull << 20;
+  c.grant_bytes = 1ull << 20;  // 256 slots of 4 KiB per grant
+  c.publish_retry_ms = 50;
+  c.get_handle_ttl_ms = 1000;
+  c.hard_timeout_ms = 300;
+  return c;
+}
+
+inline Envelope put_start(sim::Cluster& c, int owner, uint64_t s, std::vector<std::string> keys,
+                          uint64_t value_len = 4096, std::vector<uint32_t> groups = {}) {
+  wire::PutStartReqT p;
+  p.keys = std::move(keys);
+  p.value_len = value_len;
+  p.atomic_group_lens = std::move(groups);
+  return c.call(owner, s, make_envelope(std::move(p)));
+}
+
+inline uint64_t put_commit(sim::Cluster& c, int owner, uint64_t s, std::vector<std::string> keys,
+                           std::vector<uint32_t> groups = {}) {
+  auto r = put_start(c, owner, s, std::move(keys), 4096, std::move(groups));
+  auto* ps = r.body.AsPutStartReply();
+  REQUIRE_MESSAGE(ps, "put_start failed: ", envelope_status(r).to_string());
+  auto cr = c.call(owner, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id}));
+  REQUIRE(cr.body.AsPutCommitReply());
+  return ps->put_id;
+}
+
+inline Envelope get_start(sim::Cluster& c, int owner, uint64_t s, std::vector<std::string> keys,
+                          std::vector<uint32_t> groups = {}, bool best_effort = true) {
+  wire::GetStartReqT g;
+  g.keys = std::move(keys);
+  g.atomic_group_lens = std::move(groups);
+  g.prefix_best_effort = best_effort;
+  return c.call(owner, s, make_envelope(std::move(g)));
+}
+
+inline void release_all(sim::Cluster& c, int owner, uint64_t s, const wire::GetStartReplyT& g) {
+  wire::AckBatchT ack;
+  auto hd = std::make_unique<wire::HandleDoneT>();
+  hd->handle_id = g.handle_id;
+  hd->release_holding_ids = g.holding_ids;
+  ack.handles.push_back(std::move(hd));
+  c.note(owner, s, make_envelope(std::move(ack)));
+}
+
+inline std::vector<std::string> keys_of(const std::string& prefix, int n) {
+  std::vector<std::string> k;
+  for (int i = 0; i < n; ++i) k.push_back(prefix + std::to_string(i));
+  return k;
+}
+
+inline uint64_t seed_from_env(uint64_t dflt) {
+  if (const char* s = std::getenv("FLUXON_SEED")) return std::strtoull(s, nullptr, 10);
+  return dflt;
+}
+
+}  // namespace fluxon::test

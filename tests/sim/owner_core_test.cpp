@@ -1,0 +1,210 @@
+#include "helpers.hpp"
+
+using namespace fluxon;
+using namespace fluxon::test;
+
+TEST_CASE("put_start conflicts name indices and reasons, and reserve nothing") {
+  sim::Cluster c(seed_from_env(101), small_owner());
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, {"c-exists"});
+  auto p = put_start(c, 0, s, {"c-inflight"});
+  REQUIRE(p.body.AsPutStartReply());
+  const auto before = c.owner(0).stats();
+  auto r = put_start(c, 0, s, {"c-new", "c-exists", "c-inflight"});
+  Status st = envelope_status(r);
+  CHECK(st.code() == Code::kKeyConflict);
+  CHECK(st.indices == std::vector<uint32_t>{1, 2});
+  REQUIRE(st.reasons.size() == 2);
+  CHECK(st.reasons[0] == ConflictReason::kExists);
+  CHECK(st.reasons[1] == ConflictReason::kInflight);
+  const auto after = c.owner(0).stats();
+  CHECK(after.slots_prepared == before.slots_prepared);
+  CHECK(after.active_put_plans == before.active_put_plans);
+}
+
+TEST_CASE("put_abort releases keys and slots; commit twice and abort after commit are rejected") {
+  sim::Cluster c(seed_from_env(102), small_owner());
+  const uint64_t s = c.open_session(0);
+  auto p = put_start(c, 0, s, keys_of("ab-", 4));
+  const uint64_t id = p.body.AsPutStartReply()->put_id;
+  CHECK(c.owner(0).stats().slots_prepared == 4);
+  CHECK(c.call(0, s, make_envelope(wire::PutAbortReqT{{}, id})).body.AsPutAbortReply());
+  CHECK(c.owner(0).stats().slots_prepared == 0);
+  CHECK(c.owner(0).stats().active_put_plans == 0);
+  CHECK(envelope_status(c.call(0, s, make_envelope(wire::PutAbortReqT{{}, id}))).code() == Code::kInvalidArgument);
+  // the keys are free again
+  auto id2 = put_commit(c, 0, s, keys_of("ab-", 4));
+  CHECK(envelope_status(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, id2}))).code() == Code::kInvalidArgument);
+  CHECK(envelope_status(c.call(0, s, make_envelope(wire::PutAbortReqT{{}, id2}))).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("a plan of another session cannot be committed") {
+  sim::Cluster c(seed_from_env(103), small_owner());
+  const uint64_t s1 = c.open_session(0), s2 = c.open_session(0);
+  auto p = put_start(c, 0, s1, {"x"});
+  const uint64_t id = p.body.AsPutStartReply()->put_id;
+  CHECK(envelope_status(c.call(0, s2, make_envelope(wire::PutCommitReqT{{}, id}))).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("owner re-validates arguments from the wire") {
+  sim::Cluster c(seed_from_env(104), small_owner());
+  const uint64_t s = c.open_session(0);
+  CHECK(envelope_status(put_start(c, 0, s, {})).code() == Code::kInvalidArgument);
+  CHECK(envelope_status(put_start(c, 0, s, {"a", "a"})).code() == Code::kInvalidArgument);
+  CHECK(envelope_status(put_start(c, 0, s, {"a"}, 0)).code() == Code::kInvalidArgument);
+  CHECK(envelope_status(put_start(c, 0, s, {"a"}, (1 << 20) + 1)).code() == Code::kInvalidArgument);
+  CHECK(envelope_status(put_start(c, 0, s, {"a", "b"}, 4096, {1})).code() == Code::kInvalidArgument);
+  CHECK(c.owner(0).stats().slots_prepared == 0);
+}
+
+TEST_CASE("reserve waits: a claim waits for a free slot, then times out naming its stage") {
+  auto cfg = small_owner();
+  cfg.dram_bytes = 1 << 20;  // one grant: 256 slots of 4 KiB
+  sim::Cluster c(seed_from_env(105), cfg);
+  const uint64_t s = c.open_session(0);
+  auto big = put_start(c, 0, s, keys_of("w-", 256));
+  REQUIRE(big.body.AsPutStartReply());
+  // Too many for the pool, ever: NoSpace at once.
+  CHECK(envelope_status(put_start(c, 0, s, keys_of("n-", 257))).code() == Code::kNoSpace);
+  // One more: waits and fails at the hard timeout with stage=refill.
+  auto t0 = c.now();
+  auto r = put_start(c, 0, s, {"one-more"});
+  Status st = envelope_status(r);
+  CHECK(st.code() == Code::kLocalReserveTimeout);
+  CHECK(st.stage == "refill");
+  CHECK(c.now() - t0 >= 300);
+  CHECK(c.owner(0).counters().reserve_soft_wait_total >= 1);
+  // A waiting claim succeeds once slots are freed.
+  Outbox out;
+  Envelope req = make_envelope(wire::PutStartReqT{});
+  req.body.AsPutStartReq()->keys = {"later"};
+  req.body.AsPutStartReq()->value_len = 4096;
+  req.session_id = s;
+  c.owner(0).on_client_request(777, req, c.now(), out);
+  CHECK(out.empty());  // waiting
+  Outbox out2;
+  Envelope abort = make_envelope(wire::PutAbortReqT{{}, big.body.AsPutStartReply()->put_id});
+  abort.session_id = s;
+  c.owner(0).on_client_request(778, abort, c.now(), out2);
+  bool served = false;
+  for (auto& o : out2) served |= o.token == 777 && o.env.body.AsPutStartReply() != nullptr;
+  CHECK(served);
+}
+
+TEST_CASE("claim_turn: later claims queue behind the first waiter and name claim_turn") {
+  auto cfg = small_owner();
+  cfg.dram_bytes = 1 << 20;
+  sim::Cluster c(seed_from_env(106), cfg);
+  const uint64_t s = c.open_session(0);
+  REQUIRE(put_start(c, 0, s, keys_of("w-", 256)).body.AsPutStartReply());
+  Outbox out;
+  for (uint64_t tok : {901, 902}) {
+    Envelope req = make_envelope(wire::PutStartReqT{});
+    req.body.AsPutStartReq()->keys = {"q" + std::to_string(tok)};
+    req.body.AsPutStartReq()->value_len = 4096;
+    req.session_id = s;
+    c.owner(0).on_client_request(tok, req, c.now(), out);
+  }
+  CHECK(out.empty());
+  Outbox out2;
+  c.owner(0).tick(c.now() + 1000, out2);
+  REQUIRE(out2.size() == 2);
+  CHECK(envelope_status(out2[0].env).stage == "refill");
+  CHECK(envelope_status(out2[1].env).stage == "claim_turn");
+}
+
+TEST_CASE("get handle TTL releases holdings through the cancel path") {
+  sim::Cluster c(seed_from_env(107), small_owner());
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, keys_of("ttl-", 3));
+  auto g = get_start(c, 0, s, keys_of("ttl-", 3));
+  CHECK(c.owner(0).stats().active_get_handles == 1);
+  CHECK(c.owner(0).stats().holders == 3);
+  c.run_for(1001);
+  CHECK(c.owner(0).stats().active_get_handles == 0);
+  CHECK(c.owner(0).stats().holders == 0);
+  CHECK(c.owner(0).counters().handle_ttl_expired_total == 1);
+}
+
+TEST_CASE("partial consume: tail holdings go back, the prefix stays held until release_views") {
+  sim::Cluster c(seed_from_env(108), small_owner());
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, keys_of("pc-", 4));
+  auto g = get_start(c, 0, s, keys_of("pc-", 4));
+  auto* r = g.body.AsGetStartReply();
+  wire::AckBatchT ack;
+  auto hd = std::make_unique<wire::HandleDoneT>();
+  hd->handle_id = r->handle_id;
+  hd->release_holding_ids = {r->holding_ids[2], r->holding_ids[3]};
+  ack.handles.push_back(std::move(hd));
+  c.note(0, s, make_envelope(std::move(ack)));
+  CHECK(c.owner(0).stats().active_get_handles == 0);
+  CHECK(c.owner(0).stats().holders == 2);
+  c.run_for(2000);  // the TTL no longer applies to a consumed handle
+  CHECK(c.owner(0).stats().holders == 2);
+  wire::AckBatchT rel;
+  rel.release = {r->holding_ids[0], r->holding_ids[1]};
+  c.note(0, s, make_envelope(std::move(rel)));
+  CHECK(c.owner(0).stats().holders == 0);
+}
+
+TEST_CASE("holding IDs are non-zero and unique across concurrent exports of one slot") {
+  sim::Cluster c(seed_from_env(109), small_owner());
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, {"h"});
+  auto a = get_start(c, 0, s, {"h"});
+  auto b = get_start(c, 0, s, {"h"});
+  auto ha = a.body.AsGetStartReply()->holding_ids[0];
+  auto hb = b.body.AsGetStartReply()->holding_ids[0];
+  CHECK(ha != 0);
+  CHECK(hb != 0);
+  CHECK(ha != hb);
+  CHECK(a.body.AsGetStartReply()->offsets[0] == b.body.AsGetStartReply()->offsets[0]);
+}
+
+TEST_CASE("closing a session releases its plans, handles and holdings") {
+  sim::Cluster c(seed_from_env(110), small_owner());
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, keys_of("cs-", 2));
+  REQUIRE(put_start(c, 0, s, {"open-plan"}).body.AsPutStartReply());
+  get_start(c, 0, s, keys_of("cs-", 2));
+  Outbox out;
+  c.owner(0).close_session(s, out);
+  auto st = c.owner(0).stats();
+  CHECK(st.active_put_plans == 0);
+  CHECK(st.slots_prepared == 0);
+  CHECK(st.holders == 0);
+  CHECK(st.active_get_handles == 0);
+  CHECK(envelope_status(get_start(c, 0, s, {"cs-0"})).code() == Code::kClosed);
+}
+
+TEST_CASE("a request for another generation is refused") {
+  sim::Cluster c(seed_from_env(111), small_owner());
+  const uint64_t s = c.open_session(0);
+  wire::GetStartReqT g;
+  g.keys = {"k"};
+  Envelope e = make_envelope(std::move(g), s, c.owner(0).generation() + 1);
+  CHECK(envelope_status(c.call(0, s, std::move(e))).code() == Code::kGenerationMismatch);
+}
+
+TEST_CASE("T2: without reject_if_exist a newer version replaces the route; the old slot is freed") {
+  sim::Cluster c(seed_from_env(112), small_owner());
+  c.run_for(5);
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, {"ver"});
+  REQUIRE(c.run_until([&] { return c.owner(0).local_state("ver") == 2; }, 1000));
+  const uint64_t free0 = c.owner(0).stats().slots_free;
+  wire::PutStartReqT p;
+  p.keys = {"ver"};
+  p.value_len = 4096;
+  p.reject_if_exist_same_key = false;
+  auto r = c.call(0, s, make_envelope(std::move(p)));
+  REQUIRE(r.body.AsPutStartReply());
+  const uint64_t id2 = r.body.AsPutStartReply()->put_id;
+  REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, id2})).body.AsPutCommitReply());
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().publish_jobs == 0 && c.owner(0).local_state("ver") == 2; }, 2000));
+  CHECK(c.master().route_put_id("ver") == id2);
+  CHECK(c.master().route_count() == 1);
+  CHECK(c.owner(0).stats().slots_committed == 1);
+  CHECK(c.owner(0).stats().slots_free == free0);  // one slot in, one slot out
+}
