@@ -93,6 +93,7 @@ bool ReservePool::refill(uint64_t slot_size, uint32_t need) {
     gr.free_slots = per_grant;
     for (uint32_t i = per_grant; i-- > 0;) cls.free.push_back(SlotRef{*pick, i});
     cls.grants++;
+    new_grants_.push_back(*pick);
     grants_in_use_++;
     counts_.grants++;
     counts_.free += per_grant;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <random>
 
 namespace fluxon {
@@ -72,6 +73,20 @@ Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, uint64_t
   close(fd);
   if (p == MAP_FAILED) return Status(Code::kInternal, "mmap(" + name + "): " + strerror(errno));
   return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, -1));
+}
+
+void Segment::populate(uint64_t offset, uint64_t len) const {
+  if (offset >= size_) return;
+  len = std::min(len, size_ - offset);
+  const uint64_t page = 4096;
+  uint64_t start = offset / page * page;
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(base_ + start, offset + len - start, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (uint64_t o = start; o < offset + len; o += page) {
+    volatile uint8_t* p = base_ + o;
+    *p = *p;
+  }
 }
 
 Segment::~Segment() {

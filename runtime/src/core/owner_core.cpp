@@ -33,6 +33,12 @@ void OwnerCore::reply_error(uint64_t session, uint64_t token, const Status& s, O
   reply(OwnerOut::Kind::kReply, session, token, error_envelope(s), out);
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> OwnerCore::take_new_grant_ranges() {
+  std::vector<std::pair<uint64_t, uint64_t>> r;
+  for (uint32_t g : pool_.take_new_grants()) r.emplace_back(uint64_t(g) * cfg_.grant_bytes, cfg_.grant_bytes);
+  return r;
+}
+
 int OwnerCore::local_state(const std::string& key) const {
   auto it = index_.find(key);
   if (it == index_.end()) return 0;
@@ -57,6 +63,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
     r.segment_name = segment_name_;
     r.segment_len = segment_len_;
     r.get_handle_ttl_ms = cfg_.get_handle_ttl_ms;
+    r.grant_bytes = cfg_.grant_bytes;
     reply(OwnerOut::Kind::kReply, sid, token, make_envelope(std::move(r)), out);
     return;
   }

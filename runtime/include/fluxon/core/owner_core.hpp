@@ -66,6 +66,8 @@ class OwnerCore {
   wire::StatsReplyT stats() const;
   const OwnerCounters& counters() const { return counters_; }
   const ReservePool& pool() const { return pool_; }
+  // (offset, len) of grants carved since the last call.
+  std::vector<std::pair<uint64_t, uint64_t>> take_new_grant_ranges();
   // Local visibility of a key (tests): 0 = absent, 1 = pending local visible, 2 = route live.
   int local_state(const std::string& key) const;
   // Drop the route and local entry of key (eviction uses this path later): route first, then S2.

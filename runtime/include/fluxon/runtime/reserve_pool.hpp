@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fluxon/runtime/status.hpp"
@@ -85,6 +86,8 @@ class ReservePool {
   PoolCounts counts() const;
   // Slots that became Free since the last call: the owner retries waiting claims then.
   bool take_freed() { bool f = freed_; freed_ = false; return f; }
+  // Grants carved since the last call: the owner faults their memory in (a grant is a reservation).
+  std::vector<uint32_t> take_new_grants() { return std::exchange(new_grants_, {}); }
 
  private:
   struct Grant {
@@ -106,6 +109,7 @@ class ReservePool {
   uint64_t grant_limit_;
   uint64_t grants_in_use_ = 0;
   bool freed_ = false;
+  std::vector<uint32_t> new_grants_;
   PoolCounts counts_;
 };
 

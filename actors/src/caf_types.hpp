@@ -1,0 +1,62 @@
+// CAF message types of Fluxon: every payload is an encoded FlatBuffers Envelope. Blob is a
+// request (it gets a reply), Note is one-way.
+#pragma once
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace fluxon::actors {
+
+struct Blob {
+  std::vector<uint8_t> bytes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Blob& x) {
+  return f(caf::meta::type_name("fluxon_blob"), x.bytes);
+}
+
+struct Note {
+  std::vector<uint8_t> bytes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Note& x) {
+  return f(caf::meta::type_name("fluxon_note"), x.bytes);
+}
+
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using master_up_atom = caf::atom_constant<caf::atom("masterup")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+
+inline void configure(caf::actor_system_config& cfg, bool network) {
+  cfg.add_message_type<Blob>("fluxon_blob");
+  cfg.add_message_type<Note>("fluxon_note");
+  // Blocking client calls wait on a condition variable; the sharing policy wakes a worker at once
+  // instead of the work-stealing back-off polls (CAF-NOTES.md).
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads", 2);
+  if (network) cfg.load<caf::io::middleman>();
+}
+
+inline int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Spawns the actors of one node kind inside `sys` (definitions in master_actor.cpp / owner_actor.cpp).
+}  // namespace fluxon::actors
+
+namespace fluxon {
+struct ClusterConfig;
+struct OwnerConfig;
+class Segment;
+namespace actors {
+caf::actor spawn_master(caf::actor_system& sys, const ClusterConfig& cfg, bool metrics);
+// master may be invalid: the owner then reconnects through `reconnect` (daemon mode).
+caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const OwnerConfig& ocfg,
+                       caf::actor master, std::function<caf::actor()> reconnect, bool metrics,
+                       std::string* error);
+}  // namespace actors
+}  // namespace fluxon

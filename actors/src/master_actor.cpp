@@ -1,0 +1,101 @@
+// The master actor: decode, MasterCore::handle, encode. Nothing else lives here.
+#include <csignal>
+#include <cstdio>
+
+#include "caf_types.hpp"
+#include "daemon_util.hpp"
+#include "fluxon/actors/runtime.hpp"
+#include "fluxon/core/master_core.hpp"
+#include "fluxon/runtime/metrics.hpp"
+
+namespace fluxon::actors {
+
+namespace {
+
+struct MasterState {
+  MasterCore core;
+  std::unique_ptr<Metrics> metrics;
+  static inline const char* name = "fluxon_master";
+};
+
+void export_metrics(MasterState& st) {
+  if (!st.metrics) return;
+  auto& m = *st.metrics;
+  const auto& c = st.core.counters();
+  m.gauge("fluxon_master_routes", "Live routes in the global route table", double(st.core.route_count()));
+  m.gauge("fluxon_master_owners", "Registered owners", double(st.core.owner_count()));
+  m.counter("fluxon_master_put_done_total", "PutDone requests handled", c.put_done_total);
+  m.counter("fluxon_master_put_done_duplicate_total", "PutDone re-sent with an identity already live (T1)",
+            c.put_done_duplicate_total);
+  m.counter("fluxon_master_put_done_exists_total", "PutDone items refused: another version holds the key",
+            c.put_done_exists_total);
+  m.counter("fluxon_master_put_done_stale_total", "PutDone items from an old owner generation", c.put_done_stale_total);
+  m.counter("fluxon_master_routes_published_total", "Routes published", c.routes_published_total);
+  m.counter("fluxon_master_routes_removed_total", "Routes removed", c.routes_removed_total);
+  m.counter("fluxon_master_lookups_total", "Lookup requests", c.lookups_total);
+  m.counter("fluxon_master_lookup_keys_total", "Keys looked up", c.lookup_keys_total);
+  m.counter("fluxon_master_lookup_hits_total", "Keys found by lookups", c.lookup_hits_total);
+  m.counter("fluxon_master_errors_total", "Requests answered with an error", c.errors_total);
+  m.counter("fluxon_master_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
+}
+
+caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics) {
+  if (metrics && mcfg.metrics_port != 0) {
+    try {
+      self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fluxon master: metrics on port %u disabled: %s\n", mcfg.metrics_port, e.what());
+    }
+  }
+  self->send(self, tick_atom::value);
+  return {
+      [=](Blob& req) -> Blob {
+        auto env = decode(req.bytes);
+        if (!env.ok()) {
+          self->state.core.count_malformed();
+          return Blob{encode(error_envelope(env.status()))};
+        }
+        return Blob{encode(self->state.core.handle(**env))};
+      },
+      [=](Note&) { self->state.core.count_malformed(); },  // the master takes no one-way notes
+      [=](tick_atom) {
+        export_metrics(self->state);
+        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_master(caf::actor_system& sys, const ClusterConfig& cfg, bool metrics) {
+  return sys.spawn(master_actor, cfg.master, metrics);
+}
+
+}  // namespace fluxon::actors
+
+namespace fluxon {
+
+int run_master_daemon(const ClusterConfig& cfg) {
+  actors::block_stop_signals();
+  caf::actor_system_config acfg;
+  actors::configure(acfg, true);
+  caf::actor_system sys{acfg};
+  auto master = actors::spawn_master(sys, cfg, true);
+  auto port = sys.middleman().publish(master, cfg.master.port, cfg.master.listen_host.c_str(), true);
+  if (!port) {
+    std::fprintf(stderr, "fluxon master: cannot listen on %s:%u: %s\n", cfg.master.listen_host.c_str(),
+                 cfg.master.port, sys.render(port.error()).c_str());
+    caf::anon_send_exit(master, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  std::printf("fluxon master: cluster %s listening on %s:%u (metrics %s)\n", cfg.cluster_name.c_str(),
+              cfg.master.listen_host.c_str(), *port,
+              cfg.master.metrics_port ? std::to_string(cfg.master.metrics_port).c_str() : "off");
+  std::fflush(stdout);
+  const int sig = actors::wait_stop_signal();
+  std::printf("fluxon master: signal %d, stopping\n", sig);
+  caf::anon_send_exit(master, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+}  // namespace fluxon

@@ -1,0 +1,364 @@
+// The owner actor: a thin shell around OwnerCore. It owns the segment, turns CAF messages into
+// core calls and the core's outbox into replies, notes and master requests.
+#include <cstdio>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "caf_types.hpp"
+#include "daemon_util.hpp"
+#include "fluxon/actors/runtime.hpp"
+#include "fluxon/core/owner_core.hpp"
+#include "fluxon/runtime/metrics.hpp"
+#include "fluxon/runtime/segment.hpp"
+
+namespace fluxon::actors {
+
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(10);
+
+// Faults newly carved grants in on a thread of its own: the reservation becomes real memory
+// without stalling the owner actor (P1), and first writes by clients run at memory speed.
+class Populator {
+ public:
+  explicit Populator(std::shared_ptr<Segment> seg) : seg_(std::move(seg)), t_([this] { run(); }) {}
+  ~Populator() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+  void push(std::pair<uint64_t, uint64_t> r) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      q_.push_back(r);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> g(m_);
+    while (true) {
+      cv_.wait(g, [&] { return stop_ || !q_.empty(); });
+      if (stop_) return;
+      auto r = q_.front();
+      q_.pop_front();
+      g.unlock();
+      // In 4 MiB steps so that a stop request is honoured quickly.
+      for (uint64_t o = 0; o < r.second && !stop_; o += 4 << 20)
+        seg_->populate(r.first + o, std::min<uint64_t>(4 << 20, r.second - o));
+      g.lock();
+    }
+  }
+  std::shared_ptr<Segment> seg_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, uint64_t>> q_;
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
+struct OwnerState {
+  std::shared_ptr<Segment> segment;
+  std::unique_ptr<Populator> populator;
+  std::unique_ptr<OwnerCore> core;
+  caf::actor master;
+  std::function<caf::actor()> reconnect;
+  std::unordered_map<uint64_t, caf::response_promise> pending;   // client token -> promise
+  std::unordered_map<uint64_t, uint64_t> pending_session;        // client token -> session
+  std::unordered_map<uint64_t, caf::actor> sessions;             // session -> its session actor
+  std::map<caf::actor_addr, uint64_t> session_of;
+  uint64_t next_token = 1;
+  uint32_t master_timeout_ms = 5000;
+  bool reconnecting = false;
+  std::unique_ptr<Metrics> metrics;
+  int64_t last_metrics = 0;
+  static inline const char* name = "fluxon_owner";
+};
+
+using Self = caf::stateful_actor<OwnerState>;
+
+void export_metrics(OwnerState& st) {
+  if (!st.metrics) return;
+  auto& m = *st.metrics;
+  auto s = st.core->stats();
+  const char* help = "Local reserve slots by state";
+  m.gauge("fluxon_owner_slots", help, double(s.slots_free), {{"state", "free"}});
+  m.gauge("fluxon_owner_slots", help, double(s.slots_prepared), {{"state", "prepared"}});
+  m.gauge("fluxon_owner_slots", help, double(s.slots_pending_local_visible), {{"state", "pending_local_visible"}});
+  m.gauge("fluxon_owner_slots", help, double(s.slots_pending), {{"state", "pending"}});
+  m.gauge("fluxon_owner_slots", help, double(s.slots_committed), {{"state", "committed"}});
+  m.gauge("fluxon_owner_grants", "Grants serving a slot class", double(s.grants));
+  m.gauge("fluxon_owner_active_put_plans", "Put plans not yet committed or aborted", double(s.active_put_plans));
+  m.gauge("fluxon_owner_active_get_handles", "Get handles not yet consumed", double(s.active_get_handles));
+  m.gauge("fluxon_owner_holders", "Exported holdings", double(s.holders));
+  m.gauge("fluxon_owner_routes", "Live master routes to this owner's slots", double(s.routes));
+  m.gauge("fluxon_owner_sessions", "Connected client sessions", double(s.sessions));
+  m.gauge("fluxon_owner_publish_jobs", "Publish and route-removal jobs in flight", double(s.publish_jobs));
+  const auto& c = st.core->counters();
+  m.counter("fluxon_owner_put_start_total", "local_fast_put_start requests", c.put_start_total);
+  m.counter("fluxon_owner_put_keys_total", "Keys given a slot by put_start", c.put_keys_total);
+  m.counter("fluxon_owner_put_commit_total", "Put plans committed (local-read-ready)", c.put_commit_total);
+  m.counter("fluxon_owner_put_abort_total", "Put plans aborted", c.put_abort_total);
+  m.counter("fluxon_owner_put_live_total", "Publish jobs that reached a terminal state", c.put_live_total);
+  m.counter("fluxon_owner_put_conflict_total", "put_start refused by KeyConflict", c.put_conflict_total);
+  m.counter("fluxon_owner_put_nospace_total", "put_start refused by NoSpace", c.put_nospace_total);
+  m.counter("fluxon_owner_reserve_waits_total", "Claims that had to wait for slots", c.reserve_waits_total);
+  m.counter("fluxon_owner_reserve_soft_wait_total", "Claims waiting past the soft wait", c.reserve_soft_wait_total);
+  m.counter("fluxon_owner_reserve_timeout_total", "Claims failed by LocalReserveTimeout", c.reserve_timeout_total);
+  m.counter("fluxon_owner_get_start_total", "get_start requests", c.get_start_total);
+  m.counter("fluxon_owner_get_keys_total", "Keys asked by get_start", c.get_keys_total);
+  m.counter("fluxon_owner_get_hit_keys_total", "Keys inside transferable_len", c.get_hit_keys_total);
+  m.counter("fluxon_owner_get_tail_released_total", "Tail holdings released by partial get_transfer or cancel",
+            c.get_tail_released_total);
+  m.counter("fluxon_owner_handle_ttl_expired_total", "Get handles released by TTL", c.handle_ttl_expired_total);
+  m.counter("fluxon_owner_publish_retry_total", "PutDone re-sent with the same identity (T1)", c.publish_retry_total);
+  m.counter("fluxon_owner_publish_refused_total", "Route items the master refused", c.publish_exists_total);
+  m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);
+  m.counter("fluxon_owner_errors_total", "Requests answered with an error", c.errors_total);
+  m.counter("fluxon_owner_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
+  m.counter("fluxon_owner_generation_mismatch_total", "Requests for another owner generation",
+            c.generation_mismatch_total);
+}
+
+void flush(Self* self, Outbox& out);
+
+void send_to_master(Self* self, uint64_t token, const Envelope& env) {
+  auto& st = self->state;
+  if (!st.master) return;  // disconnected: the job re-sends from tick() once the master is back
+  st.master_timeout_ms = std::max<uint32_t>(st.master_timeout_ms, 1);
+  self->request(st.master, std::chrono::milliseconds(st.master_timeout_ms), Blob{encode(env)})
+      .then(
+          [=](Blob& rep) {
+            auto env = decode(rep.bytes);
+            Outbox out;
+            if (env.ok())
+              self->state.core->on_master_reply(token, **env, now_ms(), out);
+            else
+              self->state.core->on_master_failure(token, now_ms(), out);
+            flush(self, out);
+          },
+          [=](caf::error&) {
+            Outbox out;
+            self->state.core->on_master_failure(token, now_ms(), out);
+            flush(self, out);
+          });
+}
+
+void flush(Self* self, Outbox& out) {
+  auto& st = self->state;
+  for (auto range : st.core->take_new_grant_ranges()) st.populator->push(range);
+  for (auto& o : out) {
+    switch (o.kind) {
+      case OwnerOut::Kind::kReply: {
+        auto it = st.pending.find(o.token);
+        if (it == st.pending.end()) break;
+        if (auto* hello = o.env.body.AsHelloReply()) {
+          // The Hello came from the client's session actor: notes for this session go there.
+          auto sender = caf::actor_cast<caf::actor>(it->second.source());
+          if (sender) {
+            st.sessions[hello->session_id] = sender;
+            st.session_of[sender.address()] = hello->session_id;
+            self->monitor(sender);
+          }
+        }
+        it->second.deliver(Blob{encode(o.env)});
+        st.pending.erase(it);
+        st.pending_session.erase(o.token);
+        break;
+      }
+      case OwnerOut::Kind::kNote: {
+        auto it = st.sessions.find(o.session);
+        if (it != st.sessions.end()) self->send(it->second, Note{encode(o.env)});
+        break;
+      }
+      case OwnerOut::Kind::kMaster:
+        send_to_master(self, o.token, o.env);
+        break;
+    }
+  }
+  out.clear();
+}
+
+void start_reconnect(Self* self) {
+  auto& st = self->state;
+  if (st.reconnecting || !st.reconnect) return;
+  st.reconnecting = true;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  auto fn = st.reconnect;
+  std::thread([me, fn] {
+    caf::actor m = fn();  // blocks until the master answers or the owner is gone
+    if (m) caf::anon_send(me, master_up_atom::value, m);
+  }).detach();
+}
+
+caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig ocfg, uint64_t generation,
+                          caf::actor master, std::function<caf::actor()> reconnect, bool metrics) {
+  auto& st = self->state;
+  // The actor owns the segment from here on: it is unlinked when the actor stops.
+  st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
+  st.segment = std::move(seg);
+  st.populator = std::make_unique<Populator>(st.segment);
+  st.master = master;
+  st.reconnect = std::move(reconnect);
+  st.master_timeout_ms = ocfg.master_rpc_timeout_ms;
+  if (metrics && ocfg.metrics_port != 0) {
+    try {
+      st.metrics = std::make_unique<Metrics>(ocfg.listen_host, ocfg.metrics_port);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fluxon owner: metrics on port %u disabled: %s\n", ocfg.metrics_port, e.what());
+    }
+  }
+  if (st.master) {
+    self->monitor(st.master);
+    send_to_master(self, 0, st.core->register_request());
+  } else {
+    start_reconnect(self);
+  }
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (st.master && dm.source == st.master.address()) {
+      st.master = caf::actor{};
+      start_reconnect(self);
+      return;
+    }
+    auto it = st.session_of.find(dm.source);
+    if (it == st.session_of.end()) return;
+    const uint64_t session = it->second;
+    st.session_of.erase(it);
+    st.sessions.erase(session);
+    // Waiting requests of a dead session are never answered.
+    for (auto p = st.pending_session.begin(); p != st.pending_session.end();) {
+      if (p->second == session) {
+        st.pending.erase(p->first);
+        p = st.pending_session.erase(p);
+      } else {
+        ++p;
+      }
+    }
+    Outbox out;
+    st.core->close_session(session, out);
+    flush(self, out);
+  });
+  self->send(self, tick_atom::value);
+  return {
+      [=](Blob& req) -> caf::response_promise {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        auto env = decode(req.bytes);
+        if (!env.ok()) {
+          // Malformed or truncated: an error reply, and the daemon carries on.
+          Outbox out;
+          Envelope bad = error_envelope(env.status());
+          rp.deliver(Blob{encode(bad)});
+          return rp;
+        }
+        const uint64_t token = st.next_token++;
+        st.pending.emplace(token, rp);
+        st.pending_session.emplace(token, (*env)->session_id);
+        Outbox out;
+        st.core->on_client_request(token, **env, now_ms(), out);
+        flush(self, out);
+        return rp;
+      },
+      [=](Note& n) {
+        auto env = decode(n.bytes);
+        if (!env.ok()) return;  // one-way: nobody to answer; counted by the core below
+        Outbox out;
+        self->state.core->on_client_note(**env, now_ms(), out);
+        flush(self, out);
+      },
+      [=](master_up_atom, caf::actor m) {
+        auto& st = self->state;
+        st.reconnecting = false;
+        st.master = m;
+        self->monitor(m);
+        send_to_master(self, 0, st.core->register_request());
+      },
+      [=](tick_atom) {
+        auto& st = self->state;
+        Outbox out;
+        const int64_t now = now_ms();
+        st.core->tick(now, out);
+        flush(self, out);
+        if (now - st.last_metrics >= 1000) {
+          st.last_metrics = now;
+          export_metrics(st);
+        }
+        self->delayed_send(self, kTick, tick_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const OwnerConfig& ocfg, caf::actor master,
+                       std::function<caf::actor()> reconnect, bool metrics, std::string* error) {
+  const uint64_t generation = new_generation();
+  auto seg = Segment::create(cfg.cluster_name, ocfg.node_id, generation, ocfg.dram_bytes);
+  if (!seg.ok()) {
+    if (error) *error = seg.status().to_string();
+    return caf::actor{};
+  }
+  std::shared_ptr<Segment> shared(std::move(seg.value()));
+  return sys.spawn(owner_actor, std::move(shared), ocfg, generation, master, std::move(reconnect), metrics);
+}
+
+}  // namespace fluxon::actors
+
+namespace fluxon {
+
+int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
+  auto ocfg = cfg.owner(node_id);
+  if (!ocfg.ok()) {
+    std::fprintf(stderr, "fluxon owner: %s\n", ocfg.status().to_string().c_str());
+    return 2;
+  }
+  actors::block_stop_signals();
+  caf::actor_system_config acfg;
+  actors::configure(acfg, true);
+  caf::actor_system sys{acfg};
+  const std::string mhost = cfg.master.listen_host == "0.0.0.0" ? "127.0.0.1" : cfg.master.listen_host;
+  const uint16_t mport = cfg.master.port;
+  auto stopping = std::make_shared<std::atomic<bool>>(false);
+  // Blocks until the master answers (retrying every 200 ms), or the daemon stops.
+  auto reconnect = [&sys, mhost, mport, stopping]() -> caf::actor {
+    while (!stopping->load()) {
+      auto m = sys.middleman().remote_actor(mhost, mport);
+      if (m) return *m;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return caf::actor{};
+  };
+  std::string err;
+  auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, reconnect, true, &err);
+  if (!owner) {
+    std::fprintf(stderr, "fluxon owner: %s\n", err.c_str());
+    return 1;
+  }
+  auto port = sys.middleman().publish(owner, ocfg->port, ocfg->listen_host.c_str(), true);
+  if (!port) {
+    std::fprintf(stderr, "fluxon owner: cannot listen on %s:%u: %s\n", ocfg->listen_host.c_str(), ocfg->port,
+                 sys.render(port.error()).c_str());
+    stopping->store(true);
+    caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  std::printf("fluxon owner: node %u of cluster %s listening on %s:%u, segment %s bytes, master %s:%u\n",
+              ocfg->node_id, cfg.cluster_name.c_str(), ocfg->listen_host.c_str(), *port,
+              std::to_string(ocfg->dram_bytes).c_str(), mhost.c_str(), mport);
+  std::fflush(stdout);
+  const int sig = actors::wait_stop_signal();
+  std::printf("fluxon owner: signal %d, stopping\n", sig);
+  std::fflush(stdout);
+  stopping->store(true);
+  caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+}  // namespace fluxon

@@ -1,0 +1,156 @@
+// The client's control channel: a session actor (receives notes, watches the owner) and blocking
+// request/reply calls from the caller's thread. Embedded mode spawns the master and owner actors
+// in this process; external mode reaches the owner as a CAF remote actor.
+#include <cstdio>
+
+#include "caf_types.hpp"
+#include "fluxon/actors/runtime.hpp"
+
+namespace fluxon::actors {
+
+namespace {
+
+struct SessionState {
+  caf::actor owner;
+  LinkCallbacks cb;
+  static inline const char* name = "fluxon_client_session";
+};
+
+caf::behavior session_actor(caf::stateful_actor<SessionState>* self, caf::actor owner, LinkCallbacks cb) {
+  self->state.owner = owner;
+  self->state.cb = std::move(cb);
+  self->monitor(owner);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    if (dm.source == self->state.owner.address() && self->state.cb.on_down) self->state.cb.on_down();
+  });
+  return {
+      [=](Note& n) {
+        auto env = decode(n.bytes);
+        if (env.ok() && self->state.cb.on_note) self->state.cb.on_note(**env);
+      },
+      // The Hello goes out from this actor so that the owner learns where to send notes.
+      [=](hello_atom, Blob& hello, uint32_t timeout_ms) -> caf::response_promise {
+        auto rp = self->make_response_promise();
+        self->request(self->state.owner, std::chrono::milliseconds(timeout_ms), std::move(hello))
+            .then([rp](Blob& r) mutable { rp.deliver(std::move(r)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+  };
+}
+
+class CafOwnerLink final : public OwnerLink {
+ public:
+  CafOwnerLink() = default;
+  ~CafOwnerLink() override {
+    if (session_) caf::anon_send_exit(session_, caf::exit_reason::user_shutdown);
+    if (embedded_owner_) caf::anon_send_exit(embedded_owner_, caf::exit_reason::user_shutdown);
+    if (embedded_master_) caf::anon_send_exit(embedded_master_, caf::exit_reason::user_shutdown);
+    owner_ = caf::actor{};
+    session_ = caf::actor{};
+    embedded_owner_ = caf::actor{};
+    embedded_master_ = caf::actor{};
+    sys_.reset();
+  }
+
+  Status open(const ClusterConfig& cfg, LinkCallbacks cb) {
+    configure(cfg_, !cfg.embedded());
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    timeout_ms_ = cfg.client.rpc_timeout_ms;
+    if (cfg.embedded()) {
+      auto ocfg = cfg.owner(0);
+      if (!ocfg.ok()) return ocfg.status();
+      embedded_master_ = spawn_master(*sys_, cfg, false);
+      std::string err;
+      embedded_owner_ = spawn_owner(*sys_, cfg, *ocfg, embedded_master_, nullptr, false, &err);
+      if (!embedded_owner_) return Status(Code::kInternal, "embedded owner: " + err);
+      owner_ = embedded_owner_;
+      info_.embedded = true;
+    } else {
+      const auto& addr = cfg.client.owner_address;
+      auto colon = addr.rfind(':');
+      if (colon == std::string::npos) return invalid_argument("owner_address: expected host:port, got '" + addr + "'");
+      const std::string host = addr.substr(0, colon);
+      int port = 0;
+      try {
+        port = std::stoi(addr.substr(colon + 1));
+      } catch (...) {
+      }
+      if (port <= 0 || port > 65535) return invalid_argument("owner_address: bad port in '" + addr + "'");
+      auto o = sys_->middleman().remote_actor(host, uint16_t(port));
+      if (!o) return Status(Code::kClosed, "owner at " + addr + " is not reachable: " + sys_->render(o.error()));
+      owner_ = *o;
+    }
+    session_ = sys_->spawn(session_actor, owner_, std::move(cb));
+    caf::scoped_actor self{*sys_};
+    Result<std::unique_ptr<Envelope>> reply = Status(Code::kClosed, "no reply to hello");
+    self->request(session_, caf::infinite, hello_atom::value, Blob{encode(make_envelope(wire::HelloT{{}, uint64_t(getpid())}))},
+                  timeout_ms_)
+        .receive([&](Blob& b) { reply = decode(b.bytes); },
+                 [&](caf::error& e) { reply = Status(Code::kClosed, "hello: " + sys_->render(e)); });
+    if (!reply.ok()) return reply.status();
+    auto* h = (*reply)->body.AsHelloReply();
+    if (!h) return envelope_status(**reply).is_ok() ? Status(Code::kInternal, "hello: unexpected reply")
+                                                     : envelope_status(**reply);
+    info_.node_id = h->node_id;
+    info_.generation = h->generation;
+    info_.session_id = h->session_id;
+    info_.segment_name = h->segment_name;
+    info_.segment_len = h->segment_len;
+    info_.get_handle_ttl_ms = h->get_handle_ttl_ms;
+    info_.grant_bytes = h->grant_bytes;
+    return Status::ok();
+  }
+
+  const LinkInfo& info() const override { return info_; }
+
+  Result<std::unique_ptr<Envelope>> call_raw(Bytes bytes, uint32_t timeout_ms) override {
+    return request(owner_, std::move(bytes), timeout_ms);
+  }
+
+  Result<std::unique_ptr<Envelope>> call(const Envelope& req, uint32_t timeout_ms) override {
+    return request(owner_, encode(req), timeout_ms);
+  }
+
+  Result<std::unique_ptr<Envelope>> call_master(const Envelope& req, uint32_t timeout_ms) override {
+    if (!embedded_master_) return Status(Code::kInvalidArgument, "no master in this process (external client)");
+    return request(embedded_master_, encode(req), timeout_ms);
+  }
+
+  void notify(const Envelope& note) override { caf::anon_send(owner_, Note{encode(note)}); }
+
+ private:
+  Result<std::unique_ptr<Envelope>> request(const caf::actor& dst, Bytes bytes, uint32_t timeout_ms) {
+    Result<std::unique_ptr<Envelope>> reply = Status(Code::kClosed, "owner: no reply");
+    caf::scoped_actor self{*sys_};
+    self->request(dst, std::chrono::milliseconds(timeout_ms ? timeout_ms : timeout_ms_), Blob{std::move(bytes)})
+        .receive([&](Blob& b) { reply = decode(b.bytes); },
+                 [&](caf::error& e) {
+                   if (e == caf::sec::request_timeout)
+                     reply = Status(Code::kTimeout, "owner did not answer within " + std::to_string(timeout_ms) + " ms");
+                   else
+                     reply = Status(Code::kClosed, "owner connection: " + sys_->render(e));
+                 });
+    return reply;
+  }
+
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  caf::actor owner_, session_, embedded_owner_, embedded_master_;
+  LinkInfo info_;
+  uint32_t timeout_ms_ = 60000;
+};
+
+}  // namespace
+}  // namespace fluxon::actors
+
+namespace fluxon {
+
+Result<std::unique_ptr<OwnerLink>> open_owner_link(const ClusterConfig& cfg, LinkCallbacks cb) {
+  auto link = std::make_unique<actors::CafOwnerLink>();
+  Status s = link->open(cfg, std::move(cb));
+  if (!s.is_ok()) return s;
+  return std::unique_ptr<OwnerLink>(std::move(link));
+}
+
+}  // namespace fluxon

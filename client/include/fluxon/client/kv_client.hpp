@@ -1,0 +1,92 @@
+// fluxon::KvClient — the hostless API of SPEC.md §2 (the Python module mirrors it one to one).
+// Thread-safe: calls may come from several threads; no lock is held across an owner round trip.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fluxon/runtime/batch.hpp"
+#include "fluxon/runtime/config.hpp"
+#include "fluxon/runtime/status.hpp"
+
+namespace fluxon {
+
+constexpr uint64_t kPlanMagic = 0x4e4c5058554c4621ull;  // "!FLUXPLN" little-endian
+
+struct PutOptionalArgs {
+  bool reject_if_inflight_same_key = true;
+  bool reject_if_exist_same_key = true;
+  bool write_through = false;
+  bool make_replica_task = false;
+  std::optional<std::vector<bool>> make_replica_task_mask;
+  std::optional<std::vector<uint32_t>> atomic_group_lens;
+  std::optional<uint64_t> lease_id;
+};
+
+using GetStartResult = PrefixResult;
+
+struct SegmentInfo {
+  std::string segment_label;  // cpu:0 (embedded) or external_owner:0
+  uint64_t write_ptr = 0;
+  uint64_t read_ptr = 0;
+  uint64_t len = 0;
+  uint64_t generation = 0;
+  uint32_t node_id = 0;
+};
+
+// Completes when the routes of a committed put batch are live at the master (V3).
+class KvFuture {
+ public:
+  struct State;
+  explicit KvFuture(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  bool done() const;
+  // false on timeout; a negative timeout waits forever.
+  bool wait(double timeout_s = -1) const;
+  // Ok when the routes are live; the failure otherwise; Timeout when not done in time.
+  Status result(double timeout_s = -1) const;
+  uint64_t put_id() const;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+class KvClient {
+ public:
+  static Result<std::unique_ptr<KvClient>> open(const ClusterConfig& cfg);
+  ~KvClient();
+  KvClient(const KvClient&) = delete;
+  KvClient& operator=(const KvClient&) = delete;
+
+  Result<std::vector<SegmentInfo>> wait_local_segments_ready();
+  Result<uint64_t> local_fast_put_start(const std::vector<std::string>& keys, int64_t value_len,
+                                        const PutOptionalArgs& opts = {});
+  Result<KvFuture> local_fast_put_commit(uint64_t plan_ptr);
+  Status put_abort(uint64_t plan_ptr);
+  // Returns (handle id, result). The handle must be consumed by get_transfer or cancel_get_transfer.
+  Result<std::pair<uint64_t, GetStartResult>> get_start(const std::vector<std::string>& keys,
+                                                        bool prefix_best_effort = true,
+                                                        const std::optional<std::vector<uint32_t>>& group_lens = {});
+  Result<uint64_t> get_transfer(uint64_t handle, std::optional<int64_t> consume_prefix_len = {});
+  Status cancel_get_transfer(uint64_t handle);
+  Status release_views(uint64_t plan_ptr);
+  Result<std::map<std::string, uint64_t>> stats();
+  // Round trip to the owner that touches no state: the transport's own cost (bench baseline).
+  Status ping();
+  // Tests: raw bytes to the owner, answered by an error when malformed.
+  Status send_raw_for_test(const std::vector<uint8_t>& bytes);
+  // Embedded mode: the master's route count (tests and demo).
+  Result<uint64_t> master_route_count();
+  void close();
+
+  struct Impl;
+
+ private:
+  explicit KvClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fluxon

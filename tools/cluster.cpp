@@ -1,0 +1,159 @@
+#include "cluster.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+namespace fluxon::tools {
+
+namespace {
+
+struct Proc {
+  std::string name;  // master, owner-1, ...
+  std::vector<std::string> args;
+  std::string host;
+  uint16_t port;
+};
+
+std::vector<Proc> procs_of(const std::string& config_path, const ClusterConfig& cfg) {
+  std::vector<Proc> v;
+  v.push_back({"master", {"master", "--config", config_path}, cfg.master.listen_host, cfg.master.port});
+  for (const auto& o : cfg.owners)
+    v.push_back({"owner-" + std::to_string(o.node_id),
+                 {"owner", "--config", config_path, "--node-id", std::to_string(o.node_id)},
+                 o.listen_host,
+                 o.port});
+  return v;
+}
+
+int read_pid(const std::string& file) {
+  std::ifstream f(file);
+  int pid = 0;
+  f >> pid;
+  return pid;
+}
+
+bool alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+std::string connect_host(const std::string& h) { return h == "0.0.0.0" ? "127.0.0.1" : h; }
+
+}  // namespace
+
+std::string run_dir_of(const ClusterConfig& cfg) {
+  return cfg.run_dir.empty() ? "/tmp/fluxon-" + cfg.cluster_name : cfg.run_dir;
+}
+
+bool port_open(const std::string& host, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, connect_host(host).c_str(), &a.sin_addr);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+int cluster_up(const std::string& config_path, const ClusterConfig& cfg, const std::string& self_exe) {
+  const std::string dir = run_dir_of(cfg);
+  mkdir(dir.c_str(), 0700);
+  char abs[4096];
+  std::string cfg_abs = realpath(config_path.c_str(), abs) ? abs : config_path;
+  for (auto& p : procs_of(cfg_abs, cfg)) {
+    const std::string pidf = dir + "/" + p.name + ".pid";
+    if (alive(read_pid(pidf))) {
+      std::printf("%-10s already running (pid %d)\n", p.name.c_str(), read_pid(pidf));
+      continue;
+    }
+    if (port_open(p.host, p.port)) {
+      std::fprintf(stderr, "%s: port %s:%u is taken by another process\n", p.name.c_str(), p.host.c_str(), p.port);
+      return 1;
+    }
+    const std::string log = dir + "/" + p.name + ".log";
+    pid_t pid = fork();
+    if (pid == 0) {
+      setsid();
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      int nul = open("/dev/null", O_RDONLY);
+      dup2(nul, 0);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(self_exe.c_str()));
+      for (auto& a : p.args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(self_exe.c_str(), argv.data());
+      _exit(127);
+    }
+    std::ofstream(pidf) << pid << "\n";
+    // Wait until it listens (the owner also needs the master, started just before).
+    bool up = false;
+    for (int i = 0; i < 300 && !up; ++i) {
+      if (!alive(pid)) break;
+      up = port_open(p.host, p.port);
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!up) {
+      std::fprintf(stderr, "%s did not come up; see %s\n", p.name.c_str(), log.c_str());
+      return 1;
+    }
+    std::printf("%-10s up  pid %-7d %s:%u  log %s\n", p.name.c_str(), pid, p.host.c_str(), p.port, log.c_str());
+  }
+  return 0;
+}
+
+int cluster_down(const ClusterConfig& cfg) {
+  const std::string dir = run_dir_of(cfg);
+  auto procs = procs_of("", cfg);
+  // Owners first: they remove their segments; then the master.
+  for (auto it = procs.rbegin(); it != procs.rend(); ++it) {
+    const std::string pidf = dir + "/" + it->name + ".pid";
+    int pid = read_pid(pidf);
+    if (!alive(pid)) {
+      unlink(pidf.c_str());
+      continue;
+    }
+    kill(pid, SIGTERM);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      waitpid(pid, nullptr, WNOHANG);
+      gone = !alive(pid);
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!gone) {
+      kill(pid, SIGKILL);
+      std::printf("%-10s killed (pid %d did not stop in 5 s)\n", it->name.c_str(), pid);
+    } else {
+      std::printf("%-10s down\n", it->name.c_str());
+    }
+    unlink(pidf.c_str());
+  }
+  return 0;
+}
+
+int cluster_status(const ClusterConfig& cfg) {
+  const std::string dir = run_dir_of(cfg);
+  int down = 0;
+  for (auto& p : procs_of("", cfg)) {
+    int pid = read_pid(dir + "/" + p.name + ".pid");
+    const bool a = alive(pid), l = port_open(p.host, p.port);
+    std::printf("%-10s %-8s pid %-7d %s:%u %s\n", p.name.c_str(), a ? "running" : "stopped", a ? pid : 0,
+                p.host.c_str(), p.port, l ? "listening" : "not listening");
+    if (!a || !l) down++;
+  }
+  return down == 0 ? 0 : 3;
+}
+
+}  // namespace fluxon::tools

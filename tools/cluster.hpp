@@ -1,0 +1,19 @@
+#pragma once
+#include <string>
+
+#include "fluxon/runtime/config.hpp"
+
+namespace fluxon::tools {
+
+// `fluxon cluster up|down|status CONFIG`: the master and every owner of CONFIG as background
+// processes of this binary, with pid files and logs in the run directory.
+int cluster_up(const std::string& config_path, const ClusterConfig& cfg, const std::string& self_exe);
+int cluster_down(const ClusterConfig& cfg);
+int cluster_status(const ClusterConfig& cfg);
+std::string run_dir_of(const ClusterConfig& cfg);
+bool port_open(const std::string& host, uint16_t port);
+
+int run_demo(const ClusterConfig& cfg);
+int run_bench(const ClusterConfig& cfg, int argc, char** argv);
+
+}  // namespace fluxon::tools

@@ -1,0 +1,77 @@
+// The `fluxon` command line: daemons, local clusters, demo and bench.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cluster.hpp"
+#include "fluxon/actors/runtime.hpp"
+
+using namespace fluxon;
+
+static int usage() {
+  std::fprintf(stderr,
+               "usage:\n"
+               "  fluxon master --config FILE\n"
+               "  fluxon owner  --config FILE [--node-id N]\n"
+               "  fluxon cluster up|down|status FILE\n"
+               "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
+               "  fluxon bench  FILE [--iters N]          (starts the cluster of FILE if needed)\n");
+  return 2;
+}
+
+static std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, size_t(n)) : "fluxon";
+}
+
+static Result<ClusterConfig> load(const std::string& path) {
+  auto c = path.empty() ? parse_config_text("") : load_config_file(path);
+  if (!c.ok()) std::fprintf(stderr, "fluxon: %s\n", c.status().to_string().c_str());
+  return c;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string cmd = argv[1];
+  std::string config;
+  uint32_t node_id = 0;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
+    else if (!std::strcmp(argv[i], "--node-id") && i + 1 < argc) node_id = uint32_t(std::atoi(argv[++i]));
+  }
+  if (cmd == "master" || cmd == "owner") {
+    if (config.empty()) return usage();
+    auto c = load(config);
+    if (!c.ok()) return 2;
+    return cmd == "master" ? run_master_daemon(*c) : run_owner_daemon(*c, node_id);
+  }
+  if (cmd == "cluster") {
+    if (argc < 4) return usage();
+    const std::string sub = argv[2];
+    auto c = load(argv[3]);
+    if (!c.ok()) return 2;
+    if (sub == "up") return tools::cluster_up(argv[3], *c, self_exe());
+    if (sub == "down") return tools::cluster_down(*c);
+    if (sub == "status") return tools::cluster_status(*c);
+    return usage();
+  }
+  if (cmd == "demo") {
+    auto c = load(config);
+    if (!c.ok()) return 2;
+    return tools::run_demo(*c);
+  }
+  if (cmd == "bench") {
+    if (argc < 3) return usage();
+    auto c = load(argv[2]);
+    if (!c.ok()) return 2;
+    const bool running = tools::port_open(c->owners.at(0).listen_host, c->owners.at(0).port);
+    if (!running && tools::cluster_up(argv[2], *c, self_exe()) != 0) return 1;
+    int rc = tools::run_bench(*c, argc - 3, argv + 3);
+    if (!running) tools::cluster_down(*c);
+    return rc;
+  }
+  return usage();
+}
