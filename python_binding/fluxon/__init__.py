@@ -1,0 +1,211 @@
+"""Fluxon: a distributed KV-cache store for LLM serving (SGLang HiCache storage).
+
+The hostless API: Fluxon hands out *plan blobs* (``uint64 magic, uint64 count,
+uint64 value_ptrs[count]``) and the caller copies bytes at those addresses itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from . import errors
+from .errors import (Closed, Error, GenerationMismatch, Internal, InvalidArgument, KeyConflict, KeyNotFound,
+                     LocalReserveTimeout, MalformedMessage, NoSpace, Timeout)
+from ._fluxon import PLAN_MAGIC, _Client
+
+__all__ = [
+    "KvClient", "PutOptionalArgs", "GetStartResult", "GetStartHandle", "KvFuture", "plan_pointers", "PLAN_MAGIC",
+    "Error", "InvalidArgument", "KeyConflict", "NoSpace", "LocalReserveTimeout", "KeyNotFound",
+    "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal",
+]
+
+
+@dataclass
+class PutOptionalArgs:
+    """Options of :meth:`KvClient.local_fast_put_start` (SPEC.md §2)."""
+
+    reject_if_inflight_same_key: bool = True
+    reject_if_exist_same_key: bool = True
+    write_through: bool = False
+    make_replica_task: bool = False
+    make_replica_task_mask: Optional[list] = None
+    atomic_group_lens: Optional[list] = None
+    lease_id: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class GetStartResult:
+    raw_prefix_hit_len: int
+    transferable_len: int
+    prefix_hit_groups: int
+    first_miss_index: Optional[int]
+    first_miss_group_index: Optional[int]
+    all_hit: bool
+
+
+class GetStartHandle:
+    """Must be consumed by exactly one ``get_transfer`` or ``cancel_get_transfer``."""
+
+    __slots__ = ("_id", "result")
+
+    def __init__(self, handle_id: int, result: GetStartResult):
+        self._id = handle_id
+        self.result = result
+
+    def __repr__(self):
+        return f"GetStartHandle({self._id}, transferable_len={self.result.transferable_len})"
+
+
+class KvFuture:
+    """Succeeds when the routes of a committed put are live at the master."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, f):
+        self._f = f
+
+    def done(self) -> bool:
+        return self._f.done()
+
+    def wait(self, timeout_s: Optional[float] = None) -> bool:
+        return self._f.wait(timeout_s)
+
+    def result(self, timeout_s: Optional[float] = None) -> None:
+        """Returns when the routes are live; raises the failure (or :class:`Timeout`)."""
+        self._f.result(timeout_s)
+
+    @property
+    def put_id(self) -> int:
+        return self._f.put_id
+
+
+def _check_keys(keys) -> list:
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise InvalidArgument("keys: expected a list of str")
+    for i, k in enumerate(keys):
+        if not isinstance(k, str):
+            raise InvalidArgument(f"keys[{i}]: expected str, got {type(k).__name__}")
+    return list(keys)
+
+
+def _check_int_list(name: str, v) -> Optional[list]:
+    if v is None:
+        return None
+    if not isinstance(v, (list, tuple)):
+        raise InvalidArgument(f"{name}: expected a list of int")
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise InvalidArgument(f"{name}[{i}]: expected int")
+        if x <= 0:
+            raise InvalidArgument(f"{name}[{i}]: must be > 0")
+        if x >= 2 ** 32:
+            raise InvalidArgument(f"{name}[{i}]: too large")
+    return list(v)
+
+
+def _check_int(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidArgument(f"{name}: expected int, got {type(v).__name__}")
+    return v
+
+
+def _check_plan(v) -> int:
+    v = _check_int("plan_ptr", v)
+    if v <= 0 or v >= 2 ** 64:
+        raise InvalidArgument(f"plan_ptr: {v} is not a plan address")
+    return v
+
+
+def plan_pointers(plan_ptr: int) -> list:
+    """The ``value_ptrs`` of a plan blob (checks the magic)."""
+    hdr = (ctypes.c_uint64 * 2).from_address(_check_plan(plan_ptr))
+    if hdr[0] != PLAN_MAGIC:
+        raise InvalidArgument(f"plan_ptr: 0x{plan_ptr:x} is not a Fluxon plan blob")
+    return list((ctypes.c_uint64 * hdr[1]).from_address(plan_ptr + 16))
+
+
+class KvClient:
+    """Fluxon client.
+
+    ``KvClient()`` runs an embedded single-host store (master + owner + client in this process).
+    ``KvClient(path)`` loads a YAML/JSON config file; ``KvClient(dict)`` takes the same content
+    as a dict. A config with ``owner_address`` (top level or under ``client``) attaches to a
+    running owner daemon and maps its shared segment (``segment_label == "external_owner:0"``).
+    """
+
+    def __init__(self, config=None):
+        if config is None:
+            self._c = _Client("", False)
+        elif isinstance(config, (str, os.PathLike)):
+            self._c = _Client(os.fspath(config), True)
+        elif isinstance(config, dict):
+            self._c = _Client(json.dumps(config), False)
+        else:
+            raise InvalidArgument(f"config: expected a path or a dict, got {type(config).__name__}")
+
+    # -- lifetime --------------------------------------------------------------------------
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- API of SPEC.md §2 -----------------------------------------------------------------
+    def wait_local_segments_ready(self) -> list:
+        return self._c.wait_local_segments_ready()
+
+    def local_fast_put_start(self, keys, value_len: int, opts: Optional[PutOptionalArgs] = None) -> int:
+        keys = _check_keys(keys)
+        value_len = _check_int("value_len", value_len)
+        if opts is not None:
+            if not isinstance(opts, PutOptionalArgs):
+                raise InvalidArgument("opts: expected PutOptionalArgs")
+            _check_int_list("atomic_group_lens", opts.atomic_group_lens)
+            m = opts.make_replica_task_mask
+            if m is not None and (not isinstance(m, (list, tuple)) or not all(isinstance(x, bool) for x in m)):
+                raise InvalidArgument("make_replica_task_mask: expected a list of bool")
+            if opts.lease_id is not None:
+                _check_int("lease_id", opts.lease_id)
+        return self._c.local_fast_put_start(keys, value_len, opts)
+
+    def local_fast_put_commit(self, plan_ptr: int) -> KvFuture:
+        return KvFuture(self._c.local_fast_put_commit(_check_plan(plan_ptr)))
+
+    def put_abort(self, plan_ptr: int) -> None:
+        self._c.put_abort(_check_plan(plan_ptr))
+
+    def get_start(self, keys, prefix_best_effort: bool = True, atomic_group_lens=None):
+        keys = _check_keys(keys)
+        groups = _check_int_list("atomic_group_lens", atomic_group_lens)
+        handle_id, r = self._c.get_start(keys, bool(prefix_best_effort), groups)
+        result = GetStartResult(**r)
+        return GetStartHandle(handle_id, result), result
+
+    def get_transfer(self, handle: GetStartHandle, *, consume_prefix_len: Optional[int] = None) -> int:
+        if not isinstance(handle, GetStartHandle):
+            raise InvalidArgument("handle: expected a GetStartHandle")
+        if consume_prefix_len is not None:
+            _check_int("consume_prefix_len", consume_prefix_len)
+        return self._c.get_transfer(handle._id, consume_prefix_len)
+
+    def cancel_get_transfer(self, handle: GetStartHandle) -> None:
+        if not isinstance(handle, GetStartHandle):
+            raise InvalidArgument("handle: expected a GetStartHandle")
+        self._c.cancel_get_transfer(handle._id)
+
+    def release_views(self, plan_ptr: int) -> None:
+        self._c.release_views(_check_plan(plan_ptr))
+
+    def stats(self) -> dict:
+        return dict(self._c.stats())
+
+    # -- tools -----------------------------------------------------------------------------
+    def ping(self) -> None:
+        self._c.ping()

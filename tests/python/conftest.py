@@ -1,0 +1,124 @@
+"""Fixtures: the built `fluxon` package and binary, and real daemon clusters on loopback."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("FLUXON_BUILD_DIR", ROOT / "build"))
+sys.path.insert(0, str(BUILD / "python"))
+FLUXON_BIN = str(BUILD / "tools" / "fluxon")
+
+import fluxon  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc=None, timeout=15.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"port {port} did not open")
+
+
+class Cluster:
+    """A master and owners as real processes, started from a generated config file."""
+
+    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra: str = "", metrics: bool = True):
+        self.name = name
+        self.master_port = free_port()
+        # prometheus-cpp's exposer takes ~2 s to stop: only clusters that test metrics serve them.
+        self.metrics_port = free_port() if metrics else 0
+        self.owner_ports = [free_port() for _ in range(owners)]
+        self.owner_metrics = [free_port() if metrics else 0 for _ in range(owners)]
+        lines = [f"cluster_name: {name}", f"run_dir: {tmp}",
+                 f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}}}", "owners:"]
+        for i, (p, mp) in enumerate(zip(self.owner_ports, self.owner_metrics)):
+            lines += [f"  - node_id: {i + 1}", f"    port: {p}", f"    metrics_port: {mp}",
+                      "    contribute_to_cluster_pool_size: {dram: 256MiB}",
+                      "    local_reserve_grant_bytes: 16MiB"]
+            lines += [f"    {l}" for l in owner_extra.splitlines() if l.strip()]
+        self.config = tmp / f"{name}.yaml"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.logs = tmp
+        self.master = None
+        self.owners = [None] * owners
+
+    def _spawn(self, args, log):
+        return subprocess.Popen([FLUXON_BIN, *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+    def start_master(self):
+        self.master = self._spawn(["master", "--config", str(self.config)], self.logs / "master.log")
+        wait_port(self.master_port, self.master)
+
+    def start_owner(self, i: int = 0):
+        self.owners[i] = self._spawn(["owner", "--config", str(self.config), "--node-id", str(i + 1)],
+                                     self.logs / f"owner-{i + 1}.log")
+        wait_port(self.owner_ports[i], self.owners[i])
+
+    def stop_owner(self, i: int = 0, sig=signal.SIGTERM):
+        p = self.owners[i]
+        if p and p.poll() is None:
+            p.send_signal(sig)
+            p.wait(timeout=10)
+        self.owners[i] = None
+
+    def start(self):
+        self.start_master()
+        for i in range(len(self.owners)):
+            self.start_owner(i)
+        return self
+
+    def stop(self):
+        for i in range(len(self.owners)):
+            self.stop_owner(i)
+        if self.master and self.master.poll() is None:
+            self.master.send_signal(signal.SIGTERM)
+            self.master.wait(timeout=10)
+
+    def client_config(self, i: int = 0) -> dict:
+        return {"cluster_name": self.name, "client": {"owner_address": f"127.0.0.1:{self.owner_ports[i]}",
+                                                      "rpc_timeout_ms": 10000}}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path, f"pyt{os.getpid()}x{free_port()}").start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory):
+    """One daemon cluster for the API tests in external mode (each test opens its own session)."""
+    c = Cluster(tmp_path_factory.mktemp("shared"), f"pys{os.getpid()}", metrics=False).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(params=["embedded", "external"])
+def client(request):
+    """The same API tests run against an embedded store and against an owner daemon."""
+    if request.param == "embedded":
+        c = fluxon.KvClient({"owners": [{"contribute_to_cluster_pool_size": {"dram": "256MiB"},
+                                         "local_reserve_grant_bytes": "16MiB"}]})
+    else:
+        c = fluxon.KvClient(request.getfixturevalue("shared_cluster").client_config())
+    yield c
+    c.close()
