@@ -44,7 +44,15 @@ int read_pid(const std::string& file) {
   return pid;
 }
 
-bool alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
+// Running, and not a zombie waiting for a parent that does not reap it.
+bool alive(int pid) {
+  if (pid <= 0 || kill(pid, 0) != 0) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  auto close_paren = line.rfind(')');
+  return close_paren == std::string::npos || close_paren + 2 >= line.size() || line[close_paren + 2] != 'Z';
+}
 
 std::string connect_host(const std::string& h) { return h == "0.0.0.0" ? "127.0.0.1" : h; }
 

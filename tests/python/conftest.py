@@ -40,7 +40,7 @@ def wait_port(port: int, proc=None, timeout=15.0) -> None:
 class Cluster:
     """A master and owners as real processes, started from a generated config file."""
 
-    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra: str = "", metrics: bool = True):
+    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra: str = "", metrics: bool = False):
         self.name = name
         self.master_port = free_port()
         # prometheus-cpp's exposer takes ~2 s to stop: only clusters that test metrics serve them.
@@ -107,7 +107,7 @@ def cluster(tmp_path):
 @pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory):
     """One daemon cluster for the API tests in external mode (each test opens its own session)."""
-    c = Cluster(tmp_path_factory.mktemp("shared"), f"pys{os.getpid()}", metrics=False).start()
+    c = Cluster(tmp_path_factory.mktemp("shared"), f"pys{os.getpid()}").start()
     yield c
     c.stop()
 

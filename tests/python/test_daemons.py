@@ -1,0 +1,262 @@
+"""Real processes: master and owner daemons, external clients in other processes, faults."""
+
+import ctypes
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+import pytest
+
+import fluxon
+from conftest import BUILD, FLUXON_BIN, Cluster, free_port, wait_port
+
+
+def test_external_client_maps_the_owner_segment(cluster):
+    c = fluxon.KvClient(cluster.client_config())
+    seg = c.wait_local_segments_ready()[0]
+    assert seg["segment_label"] == "external_owner:0"
+    assert seg["node_id"] == 1
+    shm = [f for f in os.listdir("/dev/shm") if f.startswith(f"fluxon.{cluster.name}.1.")]
+    assert len(shm) == 1
+    st = os.stat("/dev/shm/" + shm[0])
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    assert shm[0].endswith(str(seg["generation"]))
+    p = c.local_fast_put_start(["x0", "x1"], 8192)
+    ptrs = fluxon.plan_pointers(p)
+    ctypes.memmove(ptrs[0], b"hello-owner" * 10, 110)
+    ctypes.memmove(ptrs[1], b"second-value", 12)
+    c.local_fast_put_commit(p).result(10)
+    # The bytes are in the owner's segment itself, at the offset the plan named.
+    with open("/dev/shm/" + shm[0], "rb") as f:
+        f.seek(ptrs[0] - seg["write_ptr"])
+        assert f.read(110) == b"hello-owner" * 10
+    # A second external client in another process reads them back through a get plan.
+    code = textwrap.dedent(f"""
+        import sys, ctypes
+        sys.path.insert(0, {str(BUILD / 'python')!r})
+        import fluxon
+        c = fluxon.KvClient({cluster.client_config()!r})
+        h, r = c.get_start(["x0", "x1", "x2"])
+        rp = c.get_transfer(h)
+        ptrs = fluxon.plan_pointers(rp)
+        print(r.transferable_len, ctypes.string_at(ptrs[0], 110).decode(), ctypes.string_at(ptrs[1], 12).decode())
+        c.release_views(rp)
+        c.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "hello-owner" * 10, "second-value"]
+    s = c.stats()
+    assert s["owner_sessions"] == 1  # the other process's session is gone
+    c.close()
+
+
+def test_segment_removed_when_owner_stops(cluster):
+    prefix = f"fluxon.{cluster.name}.1."
+    assert any(f.startswith(prefix) for f in os.listdir("/dev/shm"))
+    cluster.stop_owner(0)
+    assert not any(f.startswith(prefix) for f in os.listdir("/dev/shm"))
+
+
+def test_stale_segment_of_a_killed_owner_is_removed_on_restart(cluster):
+    prefix = f"fluxon.{cluster.name}.1."
+    old = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+    cluster.stop_owner(0, signal.SIGKILL)
+    assert [f for f in os.listdir("/dev/shm") if f.startswith(prefix)] == old  # left behind
+    cluster.start_owner(0)
+    now = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+    assert len(now) == 1 and now != old
+
+
+def test_owner_restart_gives_generation_mismatch_never_stale_memory(cluster):
+    c = fluxon.KvClient(cluster.client_config())
+    gen0 = c.wait_local_segments_ready()[0]["generation"]
+    ks = ["g0", "g1"]
+    p = c.local_fast_put_start(ks, 4096)
+    ctypes.memset(fluxon.plan_pointers(p)[0], 1, 4096)
+    c.local_fast_put_commit(p).result(10)
+    h, _ = c.get_start(ks)
+    open_plan = c.local_fast_put_start(["g2"], 4096)
+    cluster.stop_owner(0, signal.SIGKILL)
+    cluster.start_owner(0)
+    with pytest.raises(fluxon.GenerationMismatch):
+        c.get_start(ks)
+    with pytest.raises(fluxon.GenerationMismatch):
+        c.get_transfer(h)
+    with pytest.raises(fluxon.GenerationMismatch):
+        c.local_fast_put_commit(open_plan)
+    with pytest.raises(fluxon.GenerationMismatch):
+        c.local_fast_put_start(["g3"], 4096)
+    seg = c.wait_local_segments_ready()[0]
+    assert seg["generation"] != gen0
+    h2, r2 = c.get_start(ks)
+    assert r2.transferable_len == 0  # the old memory is gone, not served stale
+    c.cancel_get_transfer(h2)
+    c.local_fast_put_commit(c.local_fast_put_start(ks, 4096)).result(10)
+    c.close()
+
+
+def test_malformed_messages_are_rejected_and_the_daemon_survives(cluster):
+    c = fluxon.KvClient(cluster.client_config())
+    for junk in (b"", b"\x00" * 3, b"\xff" * 64, os.urandom(4096), b"\x10\x00\x00\x00" + b"\x00" * 12):
+        with pytest.raises(fluxon.MalformedMessage):
+            c._c._send_raw_for_test(junk)
+    # garbage on the TCP ports of the owner and the master (not even the CAF protocol)
+    for port in (cluster.owner_ports[0], cluster.master_port):
+        for junk in (os.urandom(1000), b"GET / HTTP/1.0\r\n\r\n", b"\x00" * 100000):
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                try:
+                    s.sendall(junk)
+                except OSError:
+                    pass
+    time.sleep(0.3)
+    assert cluster.owners[0].poll() is None and cluster.master.poll() is None
+    c.local_fast_put_commit(c.local_fast_put_start(["after-junk"], 4096)).result(10)
+    h, r = c.get_start(["after-junk"])
+    assert r.all_hit
+    c.cancel_get_transfer(h)
+    c.close()
+
+
+def test_dead_client_process_releases_its_holdings(cluster):
+    c = fluxon.KvClient(cluster.client_config())
+    c.local_fast_put_commit(c.local_fast_put_start(["d0", "d1"], 4096)).result(10)
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(BUILD / 'python')!r})
+        import fluxon
+        c = fluxon.KvClient({cluster.client_config()!r})
+        h, r = c.get_start(["d0", "d1"])
+        c.local_fast_put_start(["d2"], 4096)
+        print("held", flush=True)
+        time.sleep(60)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    s = c.stats()
+    assert s["holders"] == 2 and s["slots_prepared"] == 1
+    p.kill()
+    p.wait()
+    for _ in range(100):
+        s = c.stats()
+        if s["holders"] == 0 and s["slots_prepared"] == 0:
+            break
+        time.sleep(0.05)
+    assert s["holders"] == 0 and s["slots_prepared"] == 0 and s["owner_active_get_handles"] == 0
+    c.close()
+
+
+def scrape(port):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def test_metrics_endpoints(tmp_path):
+    cluster = Cluster(tmp_path, f"metrics{free_port()}", metrics=True).start()
+    try:
+        check_metrics(cluster)
+    finally:
+        cluster.stop()
+
+
+def check_metrics(cluster):
+    c = fluxon.KvClient(cluster.client_config())
+    c.local_fast_put_commit(c.local_fast_put_start(["m0", "m1", "m2"], 4096)).result(10)
+    h, _ = c.get_start(["m0", "zz"])
+    c.cancel_get_transfer(h)
+    with pytest.raises(fluxon.MalformedMessage):
+        c._c._send_raw_for_test(b"\xff" * 32)
+    time.sleep(1.3)  # metrics refresh every second
+    owner = scrape(cluster.owner_metrics[0])
+    assert 'fluxon_owner_slots{state="committed"} 3' in owner
+    assert "fluxon_owner_put_start_total 1" in owner
+    assert "fluxon_owner_get_start_total 1" in owner
+    assert "fluxon_owner_get_hit_keys_total 1" in owner
+    assert "fluxon_owner_errors_total" in owner
+    master = scrape(cluster.metrics_port)
+    assert "fluxon_master_routes 3" in master
+    assert "fluxon_master_put_done_total" in master
+    c.close()
+
+
+def test_metrics_can_be_disabled(tmp_path):
+    cl = Cluster(tmp_path, f"nometrics{free_port()}", metrics=False).start()
+    try:
+        assert cl.metrics_port == 0
+        c = fluxon.KvClient(cl.client_config())
+        c.close()
+    finally:
+        cl.stop()
+
+
+def test_cli_cluster_up_status_down_and_demo(tmp_path):
+    cl = Cluster(tmp_path, f"cli{free_port()}", owners=2, metrics=False)
+    run = lambda *a: subprocess.run([FLUXON_BIN, *a], capture_output=True, text=True, timeout=120)
+    up = run("cluster", "up", str(cl.config))
+    assert up.returncode == 0, up.stderr
+    st = run("cluster", "status", str(cl.config))
+    assert st.returncode == 0 and st.stdout.count("running") == 3, st.stdout
+    client_cfg = tmp_path / "client.yaml"
+    client_cfg.write_text(f"cluster_name: {cl.name}\nclient: {{owner_address: 127.0.0.1:{cl.owner_ports[1]}}}\n")
+    demo = run("demo", "--config", str(client_cfg))
+    assert demo.returncode == 0 and "demo: ok" in demo.stdout, demo.stdout + demo.stderr
+    assert "external_owner:0" in demo.stdout
+    down = run("cluster", "down", str(cl.config))
+    assert down.returncode == 0
+    st2 = run("cluster", "status", str(cl.config))
+    assert st2.returncode != 0 and "running" not in st2.stdout.replace("not", "")
+    assert not any(f.startswith(f"fluxon.{cl.name}.") for f in os.listdir("/dev/shm"))
+
+
+def test_embedded_demo():
+    out = subprocess.run([FLUXON_BIN, "demo"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "demo: ok" in out.stdout and "cpu:0" in out.stdout
+
+
+def test_bad_config_names_the_field(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("owners: [{local_reserve_hard_timeout_ms: 5, local_reserve_soft_wait_ms: 10}]\n")
+    out = subprocess.run([FLUXON_BIN, "owner", "--config", str(f)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "local_reserve_hard_timeout_ms" in out.stderr
+    with pytest.raises(fluxon.InvalidArgument, match="owner-only"):
+        fluxon.KvClient({"client": {"owner_address": "127.0.0.1:1", "get_handle_ttl_ms": 5}})
+    with pytest.raises(fluxon.Closed):
+        fluxon.KvClient({"owner_address": f"127.0.0.1:{free_port()}"})
+
+
+def test_local_reserve_timeout_names_its_stage(tmp_path):
+    cl = Cluster(tmp_path, f"rto{free_port()}", metrics=False,
+                 owner_extra="local_reserve_hard_timeout_ms: 300\nlocal_reserve_soft_wait_ms: 10").start()
+    try:
+        c = fluxon.KvClient(cl.client_config())
+        p = c.local_fast_put_start([f"f{i}" for i in range(16)], 16 << 20)  # the whole pool
+        t = time.time()
+        with pytest.raises(fluxon.LocalReserveTimeout) as e:
+            c.local_fast_put_start(["one-more"], 16 << 20)
+        assert e.value.stage == "refill" and time.time() - t >= 0.25
+        c.put_abort(p)
+        c.local_fast_put_commit(c.local_fast_put_start(["one-more"], 16 << 20)).result(10)
+        c.close()
+    finally:
+        cl.stop()
+
+
+def test_handle_ttl_in_a_real_owner(tmp_path):
+    cl = Cluster(tmp_path, f"ttl{free_port()}", metrics=False, owner_extra="get_handle_ttl_ms: 400").start()
+    try:
+        c = fluxon.KvClient(cl.client_config())
+        c.local_fast_put_commit(c.local_fast_put_start(["t0"], 4096)).result(10)
+        h, _ = c.get_start(["t0"])
+        assert c.stats()["holders"] == 1
+        time.sleep(0.6)
+        assert c.stats()["holders"] == 0  # the owner released the forgotten handle
+        with pytest.raises(fluxon.Timeout):
+            c.get_transfer(h)  # and the client never hands out its addresses
+        c.close()
+    finally:
+        cl.stop()

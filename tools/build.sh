@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds Fluxon into ${FLUXON_BUILD_DIR:-build}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${FLUXON_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo} "$@" >/dev/null
+ninja -C "$BUILD" -j"${FLUXON_JOBS:-2}"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Fluxon builds against (Debian 12). Idempotent and quiet when all
+# are present. CUDA is used when nvcc is on the machine; nothing here installs it.
+set -euo pipefail
+PKGS=(build-essential cmake ninja-build pkg-config ccache libcaf-dev flatbuffers-compiler libflatbuffers-dev
+      libtbb-dev doctest-dev prometheus-cpp-dev libyaml-cpp-dev pybind11-dev python3-dev python3-pytest
+      libibverbs-dev curl)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, runs every test (doctest units and
+# simulation, then pytest: API in embedded and external mode, daemons, faults).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+tools/build.sh
+BUILD=${FLUXON_BUILD_DIR:-build}
+echo "== unit, core and simulation tests (doctest via ctest)"
+(cd "$BUILD" && ctest --output-on-failure -j2 --timeout 300)
+echo "== python and multi-process tests (pytest)"
+FLUXON_BUILD_DIR="$PWD/$BUILD" /usr/bin/python3 -m pytest -q tests/python
+echo "== all tests passed"
