@@ -10,7 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <algorithm>
-#include <random>
+#include <atomic>
 
 namespace fluxon {
 
@@ -98,11 +98,15 @@ Segment::~Segment() {
 }
 
 uint64_t new_generation() {
-  std::random_device rd;
-  uint64_t r = (uint64_t(rd()) << 32) ^ rd();
-  uint64_t t = uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
-  uint64_t g = (t ^ (r << 1)) & 0x7fffffffffffffffull;
-  return g == 0 ? 1 : g;
+  // Wall-clock nanoseconds: a restarted owner's generation is larger than its predecessor's, which
+  // is how the master tells the new owner from a late message of the old one.
+  static std::atomic<uint64_t> last{0};
+  uint64_t g = uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  uint64_t prev = last.load();
+  while (true) {
+    const uint64_t next = std::max(g, prev + 1);
+    if (last.compare_exchange_weak(prev, next)) return next;
+  }
 }
 
 }  // namespace fluxon

@@ -39,7 +39,7 @@ class Segment {
   int owner_fd_;  // owner: holds the liveness lock; client: -1
 };
 
-// A fresh owner generation: never repeats across restarts of the same node.
+// A fresh owner generation: grows across restarts of the same node (and within one process).
 uint64_t new_generation();
 
 }  // namespace fluxon
