@@ -1,0 +1,264 @@
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "fluxon/runtime/weighted_cache.hpp"
+
+using namespace fluxon;
+
+namespace {
+
+struct Recorder {
+  std::mutex m;
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t, RemovalCause>> events;  // key, value, weight, cause
+  auto listener() {
+    return [this](const uint64_t& k, uint64_t&& v, uint64_t w, RemovalCause c) {
+      std::lock_guard<std::mutex> g(m);
+      events.emplace_back(k, v, w, c);
+    };
+  }
+  size_t count(RemovalCause c) {
+    std::lock_guard<std::mutex> g(m);
+    size_t n = 0;
+    for (auto& e : events) n += std::get<3>(e) == c;
+    return n;
+  }
+};
+
+using Cache = WeightedCache<uint64_t, uint64_t>;
+
+Cache::Options opts(uint64_t cap, Recorder* r = nullptr, size_t shards = 1) {
+  Cache::Options o;
+  o.max_capacity = cap;
+  o.shards = shards;
+  if (r) o.listener = r->listener();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("weighted cache: insert, get, contains, remove, sizes") {
+  Recorder r;
+  Cache c(opts(1000, &r));
+  CHECK(c.insert(1, 10, 100).is_ok());
+  CHECK(c.insert(2, 20, 200).is_ok());
+  CHECK(c.get(1) == 10u);
+  CHECK_FALSE(c.get(3).has_value());
+  CHECK(c.contains(2));
+  CHECK(c.touch(2));
+  CHECK_FALSE(c.touch(3));
+  CHECK(c.weighted_size() == 300);
+  CHECK(c.entry_count() == 2);
+  CHECK(c.remove(1) == 10u);
+  CHECK_FALSE(c.remove(1).has_value());
+  c.flush_listener();
+  CHECK(r.count(RemovalCause::kExplicit) == 1);
+  CHECK(c.weighted_size() == 200);
+  CHECK(c.max_capacity() == 1000);
+}
+
+TEST_CASE("weighted cache: zero weight is rejected") {
+  Cache c(opts(1000));
+  CHECK(c.insert(1, 1, 0).code() == Code::kInvalidArgument);
+  CHECK_FALSE(c.contains(1));
+}
+
+TEST_CASE("weighted cache: an entry heavier than the capacity is evicted at once, reported once") {
+  Recorder r;
+  Cache c(opts(1000, &r));
+  CHECK(c.insert(7, 70, 5000).is_ok());
+  c.flush_listener();
+  CHECK_FALSE(c.contains(7));
+  CHECK(c.weighted_size() == 0);
+  REQUIRE(r.events.size() == 1);
+  CHECK(std::get<0>(r.events[0]) == 7);
+  CHECK(std::get<3>(r.events[0]) == RemovalCause::kSize);
+  CHECK(c.max_capacity() == 1000);
+}
+
+TEST_CASE("weighted cache: insert over a key reports Replaced with the old value") {
+  Recorder r;
+  Cache c(opts(1000, &r));
+  (void)c.insert(1, 10, 100);
+  (void)c.insert(1, 11, 300);
+  c.flush_listener();
+  REQUIRE(r.events.size() == 1);
+  CHECK(std::get<1>(r.events[0]) == 10);
+  CHECK(std::get<3>(r.events[0]) == RemovalCause::kReplaced);
+  CHECK(c.get(1) == 11u);
+  CHECK(c.weighted_size() == 300);
+}
+
+TEST_CASE("weighted cache: remove_if never removes a newer version") {
+  Recorder r;
+  Cache c(opts(1000, &r));
+  (void)c.insert(5, /*put_id=*/2, 100);
+  CHECK_FALSE(c.remove_if(5, [](const uint64_t& put_id) { return put_id == 1; }));
+  CHECK(c.contains(5));
+  CHECK(c.remove_if(5, [](const uint64_t& put_id) { return put_id == 2; }));
+  CHECK_FALSE(c.contains(5));
+  c.flush_listener();
+  CHECK(r.count(RemovalCause::kExplicit) == 1);
+}
+
+TEST_CASE("weighted cache: capacity holds after every insert; every Size eviction reported once") {
+  Recorder r;
+  Cache c(opts(10000, &r, 4));
+  std::mt19937_64 rng(1);
+  uint64_t inserted = 0;
+  for (uint64_t i = 0; i < 5000; ++i) {
+    (void)c.insert(rng() % 3000, i, 1 + rng() % 200);
+    inserted++;
+    CHECK(c.weighted_size() <= c.max_capacity());
+  }
+  c.flush_listener();
+  // Every inserted value either is still cached or left exactly once.
+  CHECK(r.events.size() + c.entry_count() == inserted);
+  std::set<uint64_t> values;  // values are unique per insert: no duplicates among removals
+  for (auto& e : r.events) CHECK(values.insert(std::get<1>(e)).second);
+  CHECK(c.max_capacity() == 10000);
+}
+
+TEST_CASE("weighted cache: evict_some asked for less, then more than present; capacity unchanged (S5)") {
+  Recorder r;
+  Cache c(opts(100000, &r, 4));
+  for (uint64_t i = 0; i < 100; ++i) (void)c.insert(i, i, 100);
+  CHECK(c.weighted_size() == 10000);
+  const uint64_t got = c.evict_some(250);
+  CHECK(got >= 250);
+  CHECK(got < 250 + 4 * 100 + 100);
+  CHECK(c.weighted_size() == 10000 - got);
+  CHECK(c.max_capacity() == 100000);
+  const uint64_t rest = c.weighted_size();
+  CHECK(c.evict_some(1u << 30) == rest);
+  CHECK(c.weighted_size() == 0);
+  CHECK(c.entry_count() == 0);
+  CHECK(c.max_capacity() == 100000);
+  c.flush_listener();
+  CHECK(r.count(RemovalCause::kSize) == 100);
+  // The cache still admits up to its unchanged capacity.
+  for (uint64_t i = 0; i < 1000; ++i) (void)c.insert(1000 + i, i, 100);
+  CHECK(c.weighted_size() > 90000);
+}
+
+TEST_CASE("weighted cache: evict_some_if selects only matching entries") {
+  Recorder r;
+  Cache c(opts(100000, &r, 2));
+  for (uint64_t i = 0; i < 100; ++i) (void)c.insert(i, i, 10);
+  const uint64_t got = c.evict_some_if(1u << 20, [](const uint64_t& k, const uint64_t&) { return k % 2 == 0; });
+  CHECK(got == 500);
+  for (uint64_t i = 0; i < 100; ++i) CHECK(c.contains(i) == (i % 2 == 1));
+  c.flush_listener();
+  for (auto& e : r.events) CHECK(std::get<0>(e) % 2 == 0);
+  CHECK(c.max_capacity() == 100000);
+}
+
+TEST_CASE("weighted cache: evict_some takes the coldest entries first") {
+  Cache c(opts(1u << 20));
+  for (uint64_t i = 0; i < 100; ++i) (void)c.insert(i, i, 10);
+  for (int rep = 0; rep < 3; ++rep)
+    for (uint64_t i = 50; i < 100; ++i) c.get(i);
+  c.evict_some(200);
+  for (uint64_t i = 50; i < 100; ++i) CHECK(c.contains(i));
+}
+
+TEST_CASE("weighted cache: unbounded mode does not evict on insert") {
+  Recorder r;
+  auto o = opts(1000, &r, 2);
+  o.enforce_capacity = false;
+  Cache c(o);
+  for (uint64_t i = 0; i < 100; ++i) (void)c.insert(i, i, 100);
+  CHECK(c.weighted_size() == 10000);
+  CHECK(c.entry_count() == 100);
+  CHECK(c.evict_some(9000) >= 9000);
+  CHECK(c.max_capacity() == 1000);
+  c.flush_listener();
+  CHECK(r.count(RemovalCause::kSize) >= 90);
+}
+
+TEST_CASE("weighted cache: weak_ptr values do not extend lifetimes") {
+  WeightedCache<int, std::weak_ptr<int>>::Options o;
+  o.max_capacity = 100;
+  o.shards = 1;
+  WeightedCache<int, std::weak_ptr<int>> c(o);
+  auto obj = std::make_shared<int>(42);
+  (void)c.insert(1, obj, 10);
+  CHECK(obj.use_count() == 1);
+  CHECK(c.get(1)->lock().get() == obj.get());
+  obj.reset();
+  CHECK(c.get(1)->expired());
+}
+
+TEST_CASE("weighted cache: the listener runs outside the cache's locks") {
+  // A listener that calls back into the cache would deadlock if it ran under a shard lock.
+  WeightedCache<uint64_t, uint64_t>* self = nullptr;
+  std::atomic<int> reentered{0};
+  Cache::Options o = opts(100);
+  o.listener = [&](const uint64_t& k, uint64_t&&, uint64_t, RemovalCause) {
+    self->contains(k);
+    (void)self->insert(1000000 + k, 0, 1);
+    reentered++;
+  };
+  Cache c(o);
+  self = &c;
+  for (uint64_t i = 0; i < 50; ++i) (void)c.insert(i, i, 10);
+  c.flush_listener();
+  CHECK(reentered.load() > 0);
+}
+
+TEST_CASE("weighted cache: concurrent insert/get/remove, listener exactly once") {
+  Recorder r;
+  Cache c(opts(50000, &r, 8));
+  std::atomic<uint64_t> inserts{0}, explicit_removes{0};
+  auto worker = [&](int t) {
+    std::mt19937_64 rng(t);
+    for (int i = 0; i < 20000; ++i) {
+      const uint64_t k = rng() % 5000;
+      switch (rng() % 4) {
+        case 0:
+        case 1:
+          (void)c.insert(k, (uint64_t(t) << 32) | uint64_t(i), 1 + rng() % 100);
+          inserts++;
+          break;
+        case 2: c.get(k); break;
+        case 3:
+          if (c.remove(k)) explicit_removes++;
+          break;
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) ts.emplace_back(worker, t + 1);
+  for (auto& t : ts) t.join();
+  c.flush_listener();
+  CHECK(c.weighted_size() <= c.max_capacity());
+  CHECK(r.events.size() + c.entry_count() == inserts.load());
+  CHECK(r.count(RemovalCause::kExplicit) == explicit_removes.load());
+  std::set<uint64_t> values;
+  for (auto& e : r.events) CHECK(values.insert(std::get<1>(e)).second);
+}
+
+TEST_CASE("frequency sketch: counts, saturates at 15, ages") {
+  FrequencySketch s(1024);
+  for (int i = 0; i < 20; ++i) s.increment(77);
+  CHECK(s.frequency(77) == 15);
+  CHECK(s.frequency(78) <= 1);
+  for (uint64_t i = 0; i < s.sample_size(); ++i) s.increment(1000 + i);
+  CHECK(s.resets() >= 1);
+  CHECK(s.frequency(77) <= 8);
+}
+
+TEST_CASE("W-TinyLFU keeps a hot set through a scan that flushes an LRU") {
+  Cache c(opts(1000));
+  for (int rep = 0; rep < 5; ++rep)
+    for (uint64_t k = 0; k < 500; ++k) {
+      if (!c.get(k)) (void)c.insert(k, k, 1);
+    }
+  for (uint64_t k = 100000; k < 110000; ++k) (void)c.insert(k, k, 1);  // a one-pass scan
+  int hot = 0;
+  for (uint64_t k = 0; k < 500; ++k) hot += c.contains(k);
+  CHECK(hot > 450);
+}
