@@ -3,12 +3,17 @@
 //
 // Each shard is a W-TinyLFU cache (Einziger, Friedman, Manes, ACM ToS 2017; size-aware admission
 // as in Einziger et al., "Lightweight Robust Size Aware Cache Management", ACM ToS 2022):
-//   - a window LRU (1% of the weight) takes new entries;
+//   - a window (1% of the weight at first) takes new entries;
 //   - the main space is a segmented LRU: probation (20%) and protected (80%);
 //   - an entry leaving the window is a *candidate* for main; when main is over capacity the
 //     candidate competes with the probation's LRU *victim(s)* on the TinyLFU frequency estimate:
 //     one victim after another is evicted while the candidate is more frequent, until its weight
 //     fits; if a victim wins, the candidate is evicted instead. Weights are bytes.
+//   - the window size adapts by hill climbing on the sampled hit rate (Einziger et al., "Adaptive
+//     Software Cache Management", Middleware 2018), so recency-heavy workloads (multi-turn prefix
+//     chains) get an LRU-like cache and frequency-heavy ones a large main space.
+// Reads take the shard lock shared and only mark the entry referenced and count it in the
+// sketch; the LRU order is repaired lazily (second chance) by writers under the exclusive lock.
 //
 // Removal causes: Size (capacity or evict_some), Replaced (insert over a key), Explicit (remove,
 // remove_if). The listener runs on the cache's own notifier thread, outside every internal lock;
@@ -18,12 +23,14 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>  // std::shared_lock
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -45,6 +52,35 @@ inline const char* removal_cause_name(RemovalCause c) {
   return "?";
 }
 
+// A reader-writer spin lock of one word: readers add 2, a writer owns bit 0 and has preference
+// (once it holds the bit, new readers back off and it waits for the present ones to leave).
+// Reads are short and never block on I/O, so spinning, then yielding, beats a futex lock's calls.
+class ShardLock {
+ public:
+  void lock_shared() {
+    while (true) {
+      if ((state_.fetch_add(2, std::memory_order_acquire) & 1) == 0) return;
+      state_.fetch_sub(2, std::memory_order_relaxed);
+      wait_until([&] { return (state_.load(std::memory_order_relaxed) & 1) == 0; });
+    }
+  }
+  void unlock_shared() { state_.fetch_sub(2, std::memory_order_release); }
+  void lock() {
+    while (state_.fetch_or(1, std::memory_order_acquire) & 1)
+      wait_until([&] { return (state_.load(std::memory_order_relaxed) & 1) == 0; });
+    wait_until([&] { return state_.load(std::memory_order_acquire) == 1; });
+  }
+  void unlock() { state_.fetch_and(~uint32_t(1), std::memory_order_release); }
+
+ private:
+  template <class F>
+  static void wait_until(F done) {
+    for (uint32_t spins = 0; !done(); ++spins)
+      if (spins > 64) std::this_thread::yield();
+  }
+  std::atomic<uint32_t> state_{0};
+};
+
 template <class K, class V, class Hash = std::hash<K>>
 class WeightedCache {
  public:
@@ -57,6 +93,7 @@ class WeightedCache {
     uint64_t estimated_entries = 1 << 16;  // sizes the frequency sketch
     double window_ratio = 0.01;
     double protected_ratio = 0.80;     // of the main space
+    bool adaptive_window = true;       // hill-climb the window size on the sampled hit rate
     Listener listener;
   };
 
@@ -108,19 +145,16 @@ class WeightedCache {
     Shard& s = shard(h);
     Events ev;
     {
-      std::lock_guard<std::mutex> g(s.m);
-      auto it = s.map.find(key);
-      if (it != s.map.end()) {
-        Node& n = it->second;
+      std::unique_lock<ShardLock> g(s.m);
+      if (Node* found = s.index.find(h, key)) {
+        Node& n = *found;
         ev.push_back(Event{key, std::move(n.value), n.weight, RemovalCause::kReplaced});
         n.value = std::move(value);
         s.adjust_weight(n, weight);
         s.sketch.increment(h);
-        s.on_access(n);
+        n.referenced.store(true, std::memory_order_relaxed);
       } else {
-        auto [pos, _] = s.map.try_emplace(key);
-        Node& n = pos->second;
-        n.key = &pos->first;
+        Node& n = *s.index.insert(h, key);
         n.value = std::move(value);
         n.weight = weight;
         n.hash = h;
@@ -128,6 +162,7 @@ class WeightedCache {
         s.link(Region::kWindow, n);
         s.count.fetch_add(1, std::memory_order_relaxed);
       }
+      if (opts_.adaptive_window) s.climb();
       maintain(s, ev);
     }
     publish(ev);
@@ -138,35 +173,37 @@ class WeightedCache {
   std::optional<V> get(const K& key) {
     const uint64_t h = hash_of(key);
     Shard& s = shard(h);
-    std::lock_guard<std::mutex> g(s.m);
-    auto it = s.map.find(key);
-    if (it == s.map.end()) {
-      misses_.fetch_add(1, std::memory_order_relaxed);
+    s.sketch.prefetch(h);  // start its miss before the lock's fence
+    std::shared_lock<ShardLock> g(s.m);
+    Node* n = s.index.find(h, key);
+    if (!n) {
+      s.sample_misses.store(s.sample_misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return std::nullopt;
     }
-    hits_.fetch_add(1, std::memory_order_relaxed);
-    s.sketch.increment(h);
-    s.on_access(it->second);
-    return it->second.value;
+    s.record_read(*n, h);
+    return n->value;
   }
 
   // Records an access without copying the value.
   bool touch(const K& key) {
     const uint64_t h = hash_of(key);
     Shard& s = shard(h);
-    std::lock_guard<std::mutex> g(s.m);
-    auto it = s.map.find(key);
-    if (it == s.map.end()) return false;
-    s.sketch.increment(h);
-    s.on_access(it->second);
+    s.sketch.prefetch(h);
+    std::shared_lock<ShardLock> g(s.m);
+    Node* n = s.index.find(h, key);
+    if (!n) {
+      s.sample_misses.store(s.sample_misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return false;
+    }
+    s.record_read(*n, h);
     return true;
   }
 
   bool contains(const K& key) const {
     const uint64_t h = hash_of(key);
     const Shard& s = shard(h);
-    std::lock_guard<std::mutex> g(s.m);
-    return s.map.count(key) > 0;
+    std::shared_lock<ShardLock> g(s.m);
+    return s.index.find(h, key) != nullptr;
   }
 
   // Explicit removal; reported with cause Explicit.
@@ -201,7 +238,7 @@ class WeightedCache {
         Events ev;
         uint64_t got = 0;
         {
-          std::lock_guard<std::mutex> g(s.m);
+          std::unique_lock<ShardLock> g(s.m);
           got = s.evict_coldest(std::min(share, bytes - selected), pred, ev);
         }
         publish(ev);
@@ -222,18 +259,24 @@ class WeightedCache {
     idle_cv_.wait(g, [&] { return q_.empty() && !delivering_; });
   }
 
-  uint64_t hits() const { return hits_.load(); }
-  uint64_t misses() const { return misses_.load(); }
+  // The current window share of the first shard (hill climbing moves it): tests and benchmarks.
+  double window_ratio() const {
+    const Shard& s = *shards_[0];
+    std::shared_lock<ShardLock> g(s.m);
+    return s.cap ? double(s.window_cap) / double(s.cap) : 0;
+  }
 
  private:
   enum class Region : uint8_t { kWindow, kProbation, kProtected };
 
-  struct Node {
-    const K* key = nullptr;
+  // Cache-line aligned, read-path fields first: a lookup touches one line of the node.
+  struct alignas(64) Node {
+    K key_storage{};
     V value{};
-    uint64_t weight = 0;
-    uint64_t hash = 0;
+    std::atomic<bool> referenced{false};  // set by readers under the shared lock
     Region region = Region::kWindow;
+    uint64_t hash = 0;
+    uint64_t weight = 0;
     Node* prev = nullptr;
     Node* next = nullptr;
   };
@@ -244,17 +287,84 @@ class WeightedCache {
     List() { head.prev = head.next = &head; }
     Node* front() { return head.next == &head ? nullptr : head.next; }
     Node* after(Node* n) { return n->next == &head ? nullptr : n->next; }
-    void push_back(Node& n) {
-      n.prev = head.prev;
-      n.next = &head;
-      head.prev->next = &n;
-      head.prev = &n;
+    void push_back(Node& n) { insert_before(&head, n); }
+    void insert_before(Node* pos, Node& n) {
+      n.prev = pos->prev;
+      n.next = pos;
+      pos->prev->next = &n;
+      pos->prev = &n;
     }
     static void unlink(Node& n) {
       n.prev->next = n.next;
       n.next->prev = n.prev;
       n.prev = n.next = nullptr;
     }
+  };
+
+  // Open-addressing index hash -> Node* (linear probing, backward-shift deletion): one memory
+  // access finds the slot, one more the node. Nodes are allocated one by one and never move,
+  // so the intrusive lists can point at them.
+  class Index {
+   public:
+    Index() { slots_.assign(16, Slot{}); }
+    ~Index() {
+      for (auto& sl : slots_) delete sl.node;
+    }
+    Node* find(uint64_t h, const K& key) const {
+      for (size_t i = h & mask(); ; i = (i + 1) & mask()) {
+        const Slot& sl = slots_[i];
+        if (!sl.node) return nullptr;
+        if (sl.hash == h && sl.node->key_storage == key) return sl.node;
+      }
+    }
+    // Inserts a new node for key (absent).
+    Node* insert(uint64_t h, const K& key) {
+      if ((size_ + 1) * 2 > slots_.size()) grow();
+      Node* n = new Node();
+      n->key_storage = key;
+      place(h, n);
+      size_++;
+      return n;
+    }
+    void erase(uint64_t h, Node* n) {
+      size_t i = h & mask();
+      while (slots_[i].node != n) i = (i + 1) & mask();
+      // Backward-shift deletion keeps every probe chain unbroken without tombstones.
+      size_t j = i;
+      while (true) {
+        j = (j + 1) & mask();
+        if (!slots_[j].node) break;
+        const size_t home = slots_[j].hash & mask();
+        const bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+          slots_[i] = slots_[j];
+          i = j;
+        }
+      }
+      slots_[i] = Slot{};
+      size_--;
+      delete n;
+    }
+
+   private:
+    struct Slot {
+      uint64_t hash = 0;
+      Node* node = nullptr;
+    };
+    size_t mask() const { return slots_.size() - 1; }
+    void place(uint64_t h, Node* n) {
+      size_t i = h & mask();
+      while (slots_[i].node) i = (i + 1) & mask();
+      slots_[i] = Slot{h, n};
+    }
+    void grow() {
+      std::vector<Slot> old(slots_.size() * 2);
+      old.swap(slots_);
+      for (auto& sl : old)
+        if (sl.node) place(sl.hash, sl.node);
+    }
+    std::vector<Slot> slots_;
+    size_t size_ = 0;
   };
 
   struct Event {
@@ -267,8 +377,8 @@ class WeightedCache {
 
   struct Shard {
     explicit Shard(uint64_t entries) : sketch(entries) {}
-    mutable std::mutex m;
-    std::unordered_map<K, Node, Hash> map;
+    mutable ShardLock m;
+    Index index;
     List lists[3];
     uint64_t w[3] = {0, 0, 0};
     std::atomic<uint64_t> total_w{0};
@@ -276,6 +386,44 @@ class WeightedCache {
     uint64_t cap = 0, window_cap = 0, protected_cap = 0;
     uint64_t rng = 0;
     FrequencySketch sketch;
+    // Hill climbing on the window size.
+    std::atomic<uint64_t> sample_hits{0}, sample_misses{0};
+    double prev_hit_rate = 0;
+    double step = 0;  // bytes, signed; 0 = not started
+    bool filled = false;
+
+    void record_read(Node& n, uint64_t h) {
+      // Approximate sample counters: plain relaxed load and store, no locked instruction.
+      sample_hits.store(sample_hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (!n.referenced.load(std::memory_order_relaxed)) n.referenced.store(true, std::memory_order_relaxed);
+      sketch.increment(h);
+    }
+    // Every sample_period reads: move the window size one step in the direction that raised the
+    // hit rate; restart big steps when the rate jumps, decay them otherwise.
+    void climb() {
+      const uint64_t hits = sample_hits.load(std::memory_order_relaxed);
+      const uint64_t misses = sample_misses.load(std::memory_order_relaxed);
+      // A sample spans ten cache-fulls of reads (Caffeine's choice), at least 512.
+      if (hits + misses < std::max<uint64_t>(512, 10 * count.load(std::memory_order_relaxed))) return;
+      sample_hits.store(0, std::memory_order_relaxed);
+      sample_misses.store(0, std::memory_order_relaxed);
+      // Warm-up raises the hit rate whatever the window does: climb only once the shard is full.
+      if (!filled) {
+        filled = total_w.load(std::memory_order_relaxed) >= cap;
+        return;
+      }
+      const double rate = double(hits) / double(hits + misses);
+      const double change = rate - prev_hit_rate;
+      prev_hit_rate = rate;
+      const double big = 0.0625 * double(cap);
+      if (step == 0) step = big;
+      const double amount = change >= 0 ? step : -step;
+      step = std::abs(change) >= 0.05 ? (amount >= 0 ? big : -big) : 0.98 * amount;
+      if (std::abs(step) < 1) step = amount >= 0 ? 1 : -1;
+      const double lo = double(cap) * 0.01, hi = double(cap) * 0.80;
+      window_cap = uint64_t(std::clamp(double(window_cap) + amount, lo, hi));
+      protected_cap = uint64_t(double(cap - std::min(cap, window_cap)) * 0.80);
+    }
 
     List& list(Region r) { return lists[int(r)]; }
     void link(Region r, Node& n) {
@@ -294,21 +442,26 @@ class WeightedCache {
       total_w.fetch_add(weight - n.weight, std::memory_order_relaxed);  // modular arithmetic
       n.weight = weight;
     }
-    void on_access(Node& n) {
-      if (n.region == Region::kProbation) {
-        unlink(n);
-        link(Region::kProtected, n);
-        // Protected overflow goes back to probation's MRU end.
-        while (w[int(Region::kProtected)] > protected_cap) {
-          Node* d = list(Region::kProtected).front();
-          if (!d || d == &n) break;
-          unlink(*d);
-          link(Region::kProbation, *d);
+    // A referenced probation entry is promoted; protected overflow goes back to probation, in
+    // front of `before` (the pending candidates) so that they stay the newest.
+    void promote(Node& n, Node* before) {
+      n.referenced.store(false, std::memory_order_relaxed);
+      unlink(n);
+      link(Region::kProtected, n);
+      size_t guard = 2 * count.load(std::memory_order_relaxed) + 2;
+      while (w[int(Region::kProtected)] > protected_cap && guard-- > 0) {
+        Node* d = list(Region::kProtected).front();
+        if (!d || d == &n) break;
+        unlink(*d);
+        if (d->referenced.exchange(false, std::memory_order_relaxed)) {
+          link(Region::kProtected, *d);  // second chance at the MRU end
+          continue;
         }
-      } else {
-        const Region r = n.region;
-        List::unlink(n);
-        list(r).push_back(n);
+        d->region = Region::kProbation;
+        if (before) list(Region::kProbation).insert_before(before, *d);
+        else list(Region::kProbation).push_back(*d);
+        w[int(Region::kProbation)] += d->weight;
+        total_w.fetch_add(d->weight, std::memory_order_relaxed);
       }
     }
     uint64_t next_random() {
@@ -328,9 +481,8 @@ class WeightedCache {
     void erase(Node& n, RemovalCause cause, Events& ev) {
       unlink(n);
       count.fetch_sub(1, std::memory_order_relaxed);
-      auto it = map.find(*n.key);
-      ev.push_back(Event{it->first, std::move(n.value), n.weight, cause});
-      map.erase(it);
+      ev.push_back(Event{std::move(n.key_storage), std::move(n.value), n.weight, cause});
+      index.erase(n.hash, &n);
     }
     template <class Pred>
     uint64_t evict_coldest(uint64_t bytes, Pred& pred, Events& ev) {
@@ -339,7 +491,7 @@ class WeightedCache {
         Node* n = list(r).front();
         while (n && got < bytes) {
           Node* next = list(r).after(n);
-          if (pred(*n->key, n->value)) {
+          if (pred(n->key_storage, n->value)) {
             got += n->weight;
             erase(*n, RemovalCause::kSize, ev);
           }
@@ -365,10 +517,15 @@ class WeightedCache {
   // back under capacity by admission duels between candidates and probation victims.
   void maintain(Shard& s, Events& ev) {
     size_t candidates = 0;
-    while (s.w[int(Region::kWindow)] > s.window_cap) {
+    size_t guard = 2 * s.count.load(std::memory_order_relaxed) + 2;
+    while (s.w[int(Region::kWindow)] > s.window_cap && guard-- > 0) {
       Node* n = s.list(Region::kWindow).front();
       if (!n) break;
       s.unlink(*n);
+      if (n->referenced.exchange(false, std::memory_order_relaxed) && s.list(Region::kWindow).front()) {
+        s.link(Region::kWindow, *n);  // read while in the window: LRU order, repaired lazily
+        continue;
+      }
       s.link(Region::kProbation, *n);
       candidates++;
     }
@@ -406,6 +563,13 @@ class WeightedCache {
         candidates--;
         continue;
       }
+      if (victim != candidate && victim->referenced.load(std::memory_order_relaxed)) {
+        // Read since it entered probation: promoted instead of evicted (lazy SLRU access).
+        Node* next = prob.after(victim);
+        s.promote(*victim, candidate);
+        victim = next ? next : prob.front();
+        continue;
+      }
       if (!candidate) {
         Node* next = prob.after(victim);
         s.erase(*victim, RemovalCause::kSize, ev);
@@ -439,12 +603,12 @@ class WeightedCache {
     Events ev;
     std::optional<V> out;
     {
-      std::lock_guard<std::mutex> g(s.m);
-      auto it = s.map.find(key);
-      if (it == s.map.end() || !pred(static_cast<const V&>(it->second.value))) return std::nullopt;
-      if (want_value) out = it->second.value;
+      std::unique_lock<ShardLock> g(s.m);
+      Node* n = s.index.find(h, key);
+      if (!n || !pred(static_cast<const V&>(n->value))) return std::nullopt;
+      if (want_value) out = n->value;
       else out.emplace();
-      s.erase(it->second, RemovalCause::kExplicit, ev);
+      s.erase(*n, RemovalCause::kExplicit, ev);
     }
     publish(ev);
     return out;
@@ -478,7 +642,6 @@ class WeightedCache {
 
   Options opts_;
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::atomic<uint64_t> hits_{0}, misses_{0};
 
   std::mutex qm_;
   std::condition_variable qcv_, idle_cv_;

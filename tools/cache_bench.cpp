@@ -1,0 +1,288 @@
+// fluxon_cache_bench: WeightedCache (W-TinyLFU) against an LRU of the same capacity on the same
+// traces, and its get throughput against a tbb::concurrent_hash_map lookup, all in one run.
+#include <tbb/concurrent_hash_map.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <list>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "fluxon/runtime/weighted_cache.hpp"
+
+using namespace fluxon;
+
+namespace {
+
+struct Req {
+  uint64_t key;
+  uint32_t weight;
+};
+
+// A weighted LRU: the baseline.
+class Lru {
+ public:
+  explicit Lru(uint64_t cap) : cap_(cap) {}
+  bool access(uint64_t k, uint64_t w) {
+    auto it = map_.find(k);
+    if (it != map_.end()) {
+      order_.splice(order_.end(), order_, it->second);
+      return true;
+    }
+    if (w > cap_) return false;
+    order_.push_back({k, w});
+    map_[k] = std::prev(order_.end());
+    size_ += w;
+    while (size_ > cap_) {
+      auto& f = order_.front();
+      size_ -= f.second;
+      map_.erase(f.first);
+      order_.pop_front();
+    }
+    return false;
+  }
+
+ private:
+  uint64_t cap_, size_ = 0;
+  std::list<std::pair<uint64_t, uint64_t>> order_;
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, uint64_t>>::iterator> map_;
+};
+
+struct Ratio {
+  double hit, byte_hit;
+};
+
+template <class Access>
+Ratio replay(const std::vector<Req>& trace, Access&& access) {
+  uint64_t hits = 0, bytes = 0, hit_bytes = 0;
+  for (const auto& r : trace) {
+    const bool h = access(r);
+    hits += h;
+    bytes += r.weight;
+    hit_bytes += h ? r.weight : 0;
+  }
+  return {100.0 * hits / trace.size(), 100.0 * hit_bytes / bytes};
+}
+
+bool g_adaptive = true;
+
+Ratio run_tinylfu(const std::vector<Req>& t, uint64_t cap, uint64_t keys) {
+  WeightedCache<uint64_t, uint32_t>::Options o;
+  o.adaptive_window = g_adaptive;
+  o.max_capacity = cap;
+  o.shards = 16;
+  o.estimated_entries = keys;
+  WeightedCache<uint64_t, uint32_t> c(o);
+  return replay(t, [&](const Req& r) {
+    if (c.touch(r.key)) return true;
+    (void)c.insert(r.key, r.weight, r.weight);
+    return false;
+  });
+}
+
+Ratio run_lru(const std::vector<Req>& t, uint64_t cap) {
+  Lru l(cap);
+  return replay(t, [&](const Req& r) { return l.access(r.key, r.weight); });
+}
+
+class Zipf {
+ public:
+  Zipf(uint64_t n, double s) : cdf_(n) {
+    double sum = 0;
+    for (uint64_t i = 0; i < n; ++i) cdf_[i] = (sum += 1.0 / std::pow(double(i + 1), s));
+    for (auto& c : cdf_) c /= sum;
+  }
+  uint64_t operator()(std::mt19937_64& rng) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return uint64_t(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+uint64_t scramble(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  return x;
+}
+
+std::vector<Req> zipf_trace(uint64_t keys, double s, size_t n, bool variable_sizes, uint64_t seed) {
+  Zipf z(keys, s);
+  std::mt19937_64 rng(seed);
+  std::vector<Req> t(n);
+  for (auto& r : t) {
+    const uint64_t rank = z(rng);
+    r.key = scramble(rank + 1);
+    r.weight = variable_sizes ? uint32_t(4096 * (1 + scramble(rank) % 16)) : 4096;
+  }
+  return t;
+}
+
+// A hot set under Zipf, interrupted by long one-pass scans (the case where LRU collapses).
+std::vector<Req> scan_trace(size_t n, uint64_t seed) {
+  Zipf z(20000, 0.9);
+  std::mt19937_64 rng(seed);
+  std::vector<Req> t;
+  uint64_t next_scan_key = 1ull << 40;
+  while (t.size() < n) {
+    for (int i = 0; i < 20000 && t.size() < n; ++i) t.push_back({scramble(z(rng) + 1), 4096});
+    for (int i = 0; i < 30000 && t.size() < n; ++i) t.push_back({scramble(next_scan_key++), 4096});
+  }
+  return t;
+}
+
+// Multi-turn LLM serving: each request reads its session's prefix chain (shared system prompt
+// pages first, then the session's own history) and appends new pages; sessions are picked with a
+// skew toward recent ones. Page keys are chained hashes, as in SGLang's radix cache.
+std::vector<Req> llm_trace(size_t n, uint64_t seed, uint64_t* distinct_pages) {
+  std::mt19937_64 rng(seed);
+  const int prompts = 16, prompt_pages = 24;
+  struct Session {
+    std::vector<uint64_t> pages;
+  };
+  std::vector<Session> sessions;
+  std::vector<Req> t;
+  uint64_t distinct = uint64_t(prompts) * prompt_pages;
+  auto page_key = [](uint64_t parent, uint64_t salt) { return scramble(parent * 1000003 + salt + 1); };
+  while (t.size() < n) {
+    const bool fresh = sessions.empty() || rng() % 5 == 0;
+    if (fresh) {
+      Session s;
+      const uint64_t p = rng() % prompts;
+      uint64_t h = p + 7;
+      for (int i = 0; i < prompt_pages; ++i) s.pages.push_back(h = page_key(h, i));
+      sessions.push_back(std::move(s));
+    }
+    // Recent sessions are far more likely to continue.
+    const size_t back = std::min<size_t>(sessions.size() - 1, size_t(std::exponential_distribution<double>(0.02)(rng)));
+    Session& s = sessions[sessions.size() - 1 - back];
+    for (uint64_t pg : s.pages) t.push_back({pg, 4718592});
+    const int fresh_pages = 1 + int(rng() % 24);
+    for (int i = 0; i < fresh_pages; ++i) {
+      const uint64_t k = page_key(s.pages.back(), rng());
+      s.pages.push_back(k);
+      t.push_back({k, 4718592});
+      distinct++;
+    }
+  }
+  t.resize(n);
+  *distinct_pages = distinct;
+  return t;
+}
+
+void row(const char* name, const char* size, Ratio a, Ratio b) {
+  std::printf("%-26s %-8s %8.2f %8.2f %+8.2f   %8.2f %8.2f %+8.2f\n", name, size, b.hit, a.hit, a.hit - b.hit,
+              b.byte_hit, a.byte_hit, a.byte_hit - b.byte_hit);
+}
+
+double mops(std::function<void(int)> body, int threads, size_t ops_per_thread) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) ts.emplace_back(body, i);
+  for (auto& t : ts) t.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return threads * ops_per_thread / s / 1e6;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t n = 4000000;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--requests" && i + 1 < argc) n = std::stoull(argv[++i]);
+    if (std::string(argv[i]) == "--fixed-window") g_adaptive = false;
+  }
+  const uint64_t keys = 1000000;
+  std::printf("hit ratio and byte-hit ratio in %%: LRU vs W-TinyLFU (WeightedCache, 16 shards), same capacity\n");
+  std::printf("%-26s %-8s %8s %8s %8s   %8s %8s %8s\n", "trace", "cache", "LRU", "TinyLFU", "delta", "LRU-B",
+              "TLFU-B", "delta");
+  for (double s : {0.9, 1.0, 1.1}) {
+    auto t = zipf_trace(keys, s, n, false, 42);
+    for (double frac : {0.01, 0.05, 0.10}) {
+      const uint64_t cap = uint64_t(keys * frac) * 4096;
+      char name[64], size[16];
+      std::snprintf(name, sizeof name, "zipf %.1f, 1M keys", s);
+      std::snprintf(size, sizeof size, "%.0f%%", frac * 100);
+      row(name, size, run_tinylfu(t, cap, keys), run_lru(t, cap));
+    }
+  }
+  {
+    auto t = zipf_trace(keys, 1.0, n, true, 43);
+    for (double frac : {0.01, 0.05, 0.10}) {
+      const uint64_t cap = uint64_t(keys * frac * 8.5 * 4096);
+      char size[16];
+      std::snprintf(size, sizeof size, "%.0f%%", frac * 100);
+      row("zipf 1.0, sizes 4-64 KiB", size, run_tinylfu(t, cap, keys), run_lru(t, cap));
+    }
+  }
+  {
+    auto t = scan_trace(n, 44);
+    for (uint64_t entries : {5000, 10000}) {
+      char size[16];
+      std::snprintf(size, sizeof size, "%lluk", (unsigned long long)entries / 1000);
+      row("hot set + scans", size, run_tinylfu(t, entries * 4096, 100000), run_lru(t, entries * 4096));
+    }
+  }
+  {
+    uint64_t distinct = 0;
+    auto t = llm_trace(n / 2, 45, &distinct);
+    for (double frac : {0.05, 0.10, 0.20}) {
+      const uint64_t cap = uint64_t(distinct * frac) * 4718592;
+      char size[16];
+      std::snprintf(size, sizeof size, "%.0f%%", frac * 100);
+      row("LLM multi-turn prefix", size, run_tinylfu(t, cap, distinct), run_lru(t, cap));
+    }
+    std::printf("(LLM trace: %llu distinct 4.5 MiB pages in %zu page reads)\n", (unsigned long long)distinct,
+                t.size());
+  }
+
+  // get throughput on both cores, all hits, against a tbb::concurrent_hash_map lookup.
+  const uint64_t tkeys = 1 << 20;
+  const size_t ops = 4000000;
+  WeightedCache<uint64_t, uint64_t>::Options o;
+  o.max_capacity = tkeys * 64;
+  o.shards = 64;
+  o.estimated_entries = tkeys;
+  WeightedCache<uint64_t, uint64_t> cache(o);
+  tbb::concurrent_hash_map<uint64_t, uint64_t> map;
+  for (uint64_t k = 0; k < tkeys; ++k) {
+    (void)cache.insert(k, k, 1);
+    map.insert({k, k});
+  }
+  std::vector<uint64_t> probe(ops);
+  std::mt19937_64 rng(7);
+  for (auto& p : probe) p = rng() % tkeys;
+  const int threads = 2;
+  std::vector<double> cr, mr;
+  for (int rep = 0; rep < 5; ++rep) {
+    mr.push_back(mops(
+        [&](int t) {
+          uint64_t sum = 0;
+          for (size_t i = 0; i < ops; ++i) {
+            tbb::concurrent_hash_map<uint64_t, uint64_t>::const_accessor a;
+            if (map.find(a, probe[(i + t * 7919) % ops])) sum += a->second;
+          }
+          if (sum == 42) std::printf(" ");
+        },
+        threads, ops));
+    cr.push_back(mops(
+        [&](int t) {
+          uint64_t sum = 0;
+          for (size_t i = 0; i < ops; ++i) sum += *cache.get(probe[(i + t * 7919) % ops]);
+          if (sum == 42) std::printf(" ");
+        },
+        threads, ops));
+  }
+  std::sort(cr.begin(), cr.end());
+  std::sort(mr.begin(), mr.end());
+  std::printf("\nget throughput, %d threads, 1M keys, all hits (median of 5):\n", threads);
+  std::printf("  tbb::concurrent_hash_map find   %7.2f Mops/s\n", mr[2]);
+  std::printf("  WeightedCache::get              %7.2f Mops/s   (%.2fx slower than the map)\n", cr[2], mr[2] / cr[2]);
+  return 0;
+}
