@@ -206,6 +206,12 @@ class KvClient:
     def stats(self) -> dict:
         return dict(self._c.stats())
 
+    def register_segments_with_cuda(self) -> None:
+        """cudaHostRegister every mapped segment in this process, so the KV kernels can copy to
+        and from value_ptrs. Raises (never falls back to unregistered memory) when CUDA or the
+        registration is unavailable."""
+        self._c.register_segments_with_cuda()
+
     # -- tools -----------------------------------------------------------------------------
     def ping(self) -> None:
         self._c.ping()

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "fluxon/client/cuda_registration.hpp"
 #include "fluxon/client/kv_client.hpp"
 
 namespace py = pybind11;
@@ -150,6 +151,11 @@ PYBIND11_MODULE(_fluxon, m) {
            [](PyClient& self, uint64_t plan) { check(released([&] { return self.c().release_views(plan); })); })
       .def("stats", [](PyClient& self) { return unwrap(released([&] { return self.c().stats(); })); })
       .def("ping", [](PyClient& self) { check(released([&] { return self.c().ping(); })); })
+      .def("register_segments_with_cuda",
+           [](PyClient& self) {
+             auto segs = unwrap(released([&] { return register_segments_with_cuda(self.c()); }));
+             return segs.size();
+           })
       .def("master_route_count",
            [](PyClient& self) { return unwrap(released([&] { return self.c().master_route_count(); })); })
       .def("_send_raw_for_test",

@@ -258,3 +258,14 @@ def test_no_space(client):
     with pytest.raises(fluxon.NoSpace):
         client.local_fast_put_start(keys(17), 16 << 20)
     assert client.stats()["slots_prepared"] == 0
+
+
+def test_cuda_registration_fails_synchronously_without_a_gpu(client):
+    """On a machine without a usable GPU the registration raises; it never silently falls back."""
+    import subprocess
+    has_gpu = subprocess.run(["sh", "-c", "nvidia-smi -L"], capture_output=True).returncode == 0
+    if has_gpu:
+        client.register_segments_with_cuda()
+    else:
+        with pytest.raises(fluxon.Internal, match="CUDA"):
+            client.register_segments_with_cuda()

@@ -1,0 +1,202 @@
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <vector>
+
+#include "fluxon/kv/kv_cuda.hpp"
+
+namespace fluxon::kv {
+
+namespace {
+
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::ok();
+  // Consume the error so that a later launch check does not report it as its own.
+  cudaGetLastError();
+  return Status(Code::kInternal, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+struct DevLayout {
+  uint32_t layout, layer_num, page_size, kv_count;
+  uint64_t item_bytes, chunk_bytes;
+};
+
+__device__ __forceinline__ uint64_t chunk_offset(const DevLayout& L, uint32_t kv, uint32_t layer) {
+  if (L.layout == uint32_t(ValueLayout::kPageFirst)) return (uint64_t(kv) * L.layer_num + layer) * L.chunk_bytes;
+  if (L.layout == uint32_t(ValueLayout::kLayerFirst)) return (uint64_t(layer) * 2 + kv) * L.chunk_bytes;
+  return uint64_t(layer) * L.chunk_bytes;
+}
+
+// One block per chunk (grid-stride over chunks): chunk id = (page, layer, kv). 16-byte vector
+// copies when both sides are aligned, bytes otherwise.
+__global__ void copy_chunks(const uint64_t* __restrict__ value_ptrs, const int64_t* __restrict__ pages,
+                            const uint64_t* __restrict__ k_ptrs, const uint64_t* __restrict__ v_ptrs, DevLayout L,
+                            uint32_t layer_begin, uint32_t layers, uint64_t chunks, bool backup) {
+  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const uint32_t kv = uint32_t(c % L.kv_count);
+    const uint64_t rest = c / L.kv_count;
+    const uint32_t layer = layer_begin + uint32_t(rest % layers);
+    const uint64_t i = rest / layers;
+    uint8_t* val = reinterpret_cast<uint8_t*>(value_ptrs[i]) + chunk_offset(L, kv, layer);
+    uint8_t* gpu = reinterpret_cast<uint8_t*>((kv == 0 ? k_ptrs : v_ptrs)[layer]) + uint64_t(pages[i]) * L.chunk_bytes;
+    const uint8_t* src = backup ? gpu : val;
+    uint8_t* dst = backup ? val : gpu;
+    if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | L.chunk_bytes) & 15) == 0) {
+      const int4* s = reinterpret_cast<const int4*>(src);
+      int4* d = reinterpret_cast<int4*>(dst);
+      const uint64_t n = L.chunk_bytes / 16;
+      // Four 16-byte loads in flight per thread before the stores: latency over PCIe is long.
+      uint64_t j = threadIdx.x;
+      for (; j + 3 * blockDim.x < n; j += 4 * blockDim.x) {
+        int4 a = s[j], b = s[j + blockDim.x], c2 = s[j + 2 * blockDim.x], e = s[j + 3 * blockDim.x];
+        d[j] = a;
+        d[j + blockDim.x] = b;
+        d[j + 2 * blockDim.x] = c2;
+        d[j + 3 * blockDim.x] = e;
+      }
+      for (; j < n; j += blockDim.x) d[j] = s[j];
+    } else {
+      for (uint64_t j = threadIdx.x; j < L.chunk_bytes; j += blockDim.x) dst[j] = src[j];
+    }
+  }
+}
+
+}  // namespace
+
+bool cuda_device_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);  // check the code, not the count (CAF-NOTES.md)
+  if (e != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(e);
+    cudaGetLastError();
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+Status cuda_register_host(void* ptr, size_t len) {
+  return cuda_status(cudaHostRegister(ptr, len, cudaHostRegisterPortable | cudaHostRegisterMapped),
+                     "cudaHostRegister");
+}
+
+Status cuda_unregister_host(void* ptr) { return cuda_status(cudaHostUnregister(ptr), "cudaHostUnregister"); }
+
+struct GpuCopier::Impl {
+  uint8_t* dev = nullptr;      // [value_ptrs n][pages n][k_ptrs L][v_ptrs L]
+  uint8_t* staging = nullptr;  // pinned host mirror, uploaded with one async copy
+  size_t cap = 0;
+  cudaEvent_t uploaded = nullptr;  // the last upload finished reading `staging`
+  int sm_count = 0;
+  std::vector<void*> dsts, srcs;
+  std::vector<size_t> sizes;
+  ~Impl() {
+    if (dev) cudaFree(dev);
+    if (staging) cudaFreeHost(staging);
+    if (uploaded) cudaEventDestroy(uploaded);
+  }
+  Status reserve(size_t bytes) {
+    if (!uploaded) {
+      if (Status s = cuda_status(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming), "cudaEventCreate");
+          !s.is_ok())
+        return s;
+      int devno = 0;
+      cudaGetDevice(&devno);
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, devno);
+    }
+    if (bytes <= cap) return Status::ok();
+    cudaEventSynchronize(uploaded);
+    if (dev) cudaFree(dev);
+    if (staging) cudaFreeHost(staging);
+    dev = nullptr;
+    staging = nullptr;
+    cap = std::max(bytes, cap * 2);
+    if (Status s = cuda_status(cudaMalloc(&dev, cap), "cudaMalloc(workspace)"); !s.is_ok()) return s;
+    return cuda_status(cudaMallocHost(&staging, cap), "cudaMallocHost(workspace)");
+  }
+};
+
+GpuCopier::GpuCopier() : impl_(std::make_unique<Impl>()) {}
+GpuCopier::~GpuCopier() = default;
+
+Status GpuCopier::copy(Direction dir, const PageCopy& c, void* stream_ptr, CopyPath path) {
+  if (Status s = validate(c); !s.is_ok()) return s;
+  auto ptrs = plan_value_ptrs(c.plan_ptr, c.page_count);
+  if (!ptrs.ok()) return ptrs.status();
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const KvLayout& L = c.layout;
+  const uint32_t l0 = c.layer < 0 ? 0 : uint32_t(c.layer);
+  const uint32_t layers = c.layer < 0 ? L.layer_num : 1;
+  const bool backup = dir == Direction::kBackup;
+  Impl& im = *impl_;
+
+  if (path == CopyPath::kCopyEngine) {
+    // One descriptor per (page, layer, kv) chunk; adjacent chunks merge into one run.
+    const uint64_t chunk = L.chunk_bytes();
+    im.dsts.clear();
+    im.srcs.clear();
+    im.sizes.clear();
+    for (size_t i = 0; i < c.page_count; ++i) {
+      auto* value = reinterpret_cast<uint8_t*>((*ptrs)[i]);
+      const uint64_t goff = uint64_t(c.page_indices[i]) * chunk;
+      for (uint32_t layer = l0; layer < l0 + layers; ++layer)
+        for (uint32_t kv = 0; kv < L.kv_count(); ++kv) {
+          uint8_t* gpu = reinterpret_cast<uint8_t*>((kv == 0 ? c.k_ptrs : c.v_ptrs)[layer]) + goff;
+          uint8_t* val = value + L.chunk_offset(kv, layer);
+          void* dst = backup ? val : gpu;
+          void* src = backup ? gpu : val;
+          if (!im.sizes.empty() && static_cast<uint8_t*>(im.dsts.back()) + im.sizes.back() == dst &&
+              static_cast<uint8_t*>(const_cast<void*>(im.srcs.back())) + im.sizes.back() == src) {
+            im.sizes.back() += chunk;
+            continue;
+          }
+          im.dsts.push_back(dst);
+          im.srcs.push_back(src);
+          im.sizes.push_back(chunk);
+        }
+    }
+#if CUDART_VERSION >= 12080
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_idx = 0;
+    cudaError_t e = cudaMemcpyBatchAsync(im.dsts.data(), im.srcs.data(), im.sizes.data(), im.sizes.size(), &attr,
+                                         &attr_idx, 1, stream);
+    if (e == cudaSuccess) return Status::ok();
+    if (e != cudaErrorNotSupported) return cuda_status(e, "cudaMemcpyBatchAsync");
+    cudaGetLastError();
+#endif
+    for (size_t k = 0; k < im.sizes.size(); ++k)
+      if (Status s = cuda_status(cudaMemcpyAsync(im.dsts[k], im.srcs[k], im.sizes[k], cudaMemcpyDefault, stream),
+                                 "cudaMemcpyAsync");
+          !s.is_ok())
+        return s;
+    return Status::ok();
+  }
+
+  // SM kernel: upload [value_ptrs][pages][k_ptrs][v_ptrs] with one async copy, then launch.
+  const size_t n = c.page_count;
+  const size_t bytes = (2 * n + 2 * L.layer_num) * 8;
+  if (Status s = im.reserve(bytes); !s.is_ok()) return s;
+  cudaEventSynchronize(im.uploaded);  // the previous upload no longer reads the staging buffer
+  auto* st = reinterpret_cast<uint64_t*>(im.staging);
+  std::memcpy(st, *ptrs, n * 8);
+  std::memcpy(st + n, c.page_indices, n * 8);
+  std::memcpy(st + 2 * n, c.k_ptrs, L.layer_num * 8);
+  if (L.kv_count() == 2) std::memcpy(st + 2 * n + L.layer_num, c.v_ptrs, L.layer_num * 8);
+  if (Status s = cuda_status(cudaMemcpyAsync(im.dev, im.staging, bytes, cudaMemcpyHostToDevice, stream), "upload");
+      !s.is_ok())
+    return s;
+  cudaEventRecord(im.uploaded, stream);
+  auto* d = reinterpret_cast<uint64_t*>(im.dev);
+  DevLayout dl{uint32_t(L.layout), L.layer_num, L.page_size, L.kv_count(), L.item_bytes, L.chunk_bytes()};
+  const uint64_t chunks = uint64_t(n) * layers * L.kv_count();
+  const unsigned grid = unsigned(std::min<uint64_t>(chunks, uint64_t(std::max(1, im.sm_count)) * 16));
+  copy_chunks<<<grid, 256, 0, stream>>>(d, reinterpret_cast<const int64_t*>(d + n), d + 2 * n,
+                                        d + 2 * n + L.layer_num, dl, l0, layers, chunks, backup);
+  return cuda_status(cudaGetLastError(), "copy_chunks launch");
+}
+
+}  // namespace fluxon::kv

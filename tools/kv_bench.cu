@@ -1,0 +1,228 @@
+// fluxon_kv_bench: KV page copies through plan blobs on the GPU, against baselines measured in the
+// same run: contiguous cudaMemcpyAsync of the same bytes (the link's limit) and a per-page
+// cudaMemcpyAsync loop (the naive path). Both Fluxon paths: SM kernel and copy engines.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "fluxon/kv/kv_cuda.hpp"
+
+using namespace fluxon::kv;
+
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+namespace {
+
+constexpr uint64_t kMagic = 0x4e4c5058554c4621ull;
+
+__global__ void busy_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Setup {
+  KvLayout L;
+  size_t n;
+  void* gpu = nullptr;          // one "layer" buffer holding 2n pages (MLA, 1 layer: chunk = value)
+  std::vector<void*> layers;    // for multi-layer layouts
+  std::vector<uint64_t> kp, vp;
+  uint8_t* host = nullptr;      // registered values
+  size_t value_stride = 0;
+  std::vector<uint64_t> blob;
+  std::vector<int64_t> pages;
+
+  Setup(KvLayout l, size_t n_, uint8_t* host_values, size_t host_bytes) : L(l), n(n_), host(host_values) {
+    const size_t gpu_pages = n * 2;
+    for (uint32_t layer = 0; layer < L.layer_num; ++layer)
+      for (uint32_t kv = 0; kv < L.kv_count(); ++kv) {
+        void* d = nullptr;
+        CK(cudaMalloc(&d, gpu_pages * L.chunk_bytes()));
+        CK(cudaMemset(d, 1, gpu_pages * L.chunk_bytes()));
+        layers.push_back(d);
+        (kv == 0 ? kp : vp).push_back(reinterpret_cast<uint64_t>(d));
+      }
+    value_stride = (L.value_bytes() + 4095) / 4096 * 4096;
+    if (value_stride * n > host_bytes) {
+      std::fprintf(stderr, "host buffer too small\n");
+      std::exit(1);
+    }
+    std::mt19937_64 rng(n);
+    std::vector<int64_t> all(gpu_pages);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    pages.assign(all.begin(), all.begin() + n);  // scattered GPU pages
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);  // scattered values
+    blob = {kMagic, n};
+    for (size_t i = 0; i < n; ++i) blob.push_back(reinterpret_cast<uint64_t>(host + order[i] * value_stride));
+  }
+  ~Setup() {
+    for (auto* d : layers) cudaFree(d);
+  }
+  PageCopy copy() {
+    PageCopy c;
+    c.plan_ptr = reinterpret_cast<uint64_t>(blob.data());
+    c.layout = L;
+    c.k_ptrs = kp.data();
+    c.v_ptrs = vp.empty() ? kp.data() : vp.data();
+    c.page_indices = pages.data();
+    c.page_count = n;
+    return c;
+  }
+  uint64_t bytes() const { return uint64_t(n) * L.value_bytes(); }
+};
+
+// Times `fn` (which enqueues on s) with events; returns ms; reps, median.
+template <class F>
+double time_ms(cudaStream_t s, F&& fn, int reps = 5) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  fn();  // warm-up
+  CK(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, s));
+    fn();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+}  // namespace
+
+int main() {
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    std::printf("no GPU: %s\n", why.c_str());
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const size_t total = 1ull << 30;
+  const size_t host_bytes = total + (64ull << 20);
+  auto* host = static_cast<uint8_t*>(std::aligned_alloc(4096, host_bytes));
+  std::memset(host, 2, host_bytes);
+  if (!cuda_register_host(host, host_bytes).is_ok()) return 1;
+  void* dcont = nullptr;
+  CK(cudaMalloc(&dcont, total));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  GpuCopier g;
+
+  std::printf("\n1 GiB in scattered pages (scattered GPU pages and values), GB/s, median of 5\n");
+  std::printf("%-9s %-8s %9s %9s %7s %9s %7s %9s %9s %12s %12s\n", "page", "dir", "contig", "SM-kern", "x", "copy-eng",
+              "x", "per-page", "SM/naive", "cpu us/pg SM", "cpu us/pg CE");
+  for (uint64_t page : {16ull << 10, 64ull << 10, 256ull << 10, 1ull << 20, 4718592ull}) {
+    const size_t n = total / page;
+    Setup st(KvLayout{ValueLayout::kMla, 1, 16, page / 16}, n, host, host_bytes);
+    for (auto dir : {Direction::kRestore, Direction::kBackup}) {
+      const bool restore = dir == Direction::kRestore;
+      const double gb = double(st.bytes()) / 1e9;
+      const double contig = gb / (time_ms(s, [&] {
+        CK(cudaMemcpyAsync(restore ? dcont : static_cast<void*>(host), restore ? static_cast<void*>(host) : dcont,
+                           st.bytes(), restore ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+      }) / 1e3);
+      double cpu_sm = 0, cpu_ce = 0;
+      auto run = [&](CopyPath p, double* cpu) {
+        auto t0 = std::chrono::steady_clock::now();
+        if (!g.copy(dir, st.copy(), s, p).is_ok()) std::exit(1);
+        *cpu = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+      };
+      const double sm = gb / (time_ms(s, [&] { run(CopyPath::kSmKernel, &cpu_sm); }) / 1e3);
+      const double ce = gb / (time_ms(s, [&] { run(CopyPath::kCopyEngine, &cpu_ce); }) / 1e3);
+      const double naive = gb / (time_ms(s, [&] {
+        auto* vp = st.blob.data() + 2;
+        for (size_t i = 0; i < n; ++i) {
+          void* gpu = static_cast<uint8_t*>(st.layers[0]) + st.pages[i] * page;
+          void* val = reinterpret_cast<void*>(vp[i]);
+          CK(cudaMemcpyAsync(restore ? gpu : val, restore ? val : gpu, page, cudaMemcpyDefault, s));
+        }
+      }, 3) / 1e3);
+      std::printf("%-9llu %-8s %9.1f %9.1f %7.2f %9.1f %7.2f %9.1f %9.2f %12.3f %12.3f\n",
+                  (unsigned long long)page, restore ? "restore" : "backup", contig, sm, sm / contig, ce, ce / contig,
+                  naive, sm / naive, cpu_sm, cpu_ce);
+    }
+  }
+
+  // Small restores of real-shaped pages: 36 layers x K,V x 64 tokens x 512 B = 4.5 MiB values.
+  std::printf("\nsmall restores, page_first 36 layers x 64 tokens x 512 B (4.5 MiB values), median of 21\n");
+  {
+    const double link = [&] {
+      return (64.0 * 4718592 / 1e9) / (time_ms(s, [&] {
+        CK(cudaMemcpyAsync(dcont, host, 64ull * 4718592, cudaMemcpyHostToDevice, s));
+      }) / 1e3);
+    }();
+    std::printf("%-6s %12s %12s %14s %10s\n", "pages", "SM us", "CE us", "bound us", "SM/bound");
+    for (size_t n : {1, 8, 32}) {
+      Setup st(KvLayout{ValueLayout::kPageFirst, 36, 64, 512}, n, host, host_bytes);
+      const double sm = 1e3 * time_ms(s, [&] { g.copy(Direction::kRestore, st.copy(), s, CopyPath::kSmKernel); }, 21);
+      const double ce = 1e3 * time_ms(s, [&] { g.copy(Direction::kRestore, st.copy(), s, CopyPath::kCopyEngine); }, 21);
+      const double bound = 1.15 * (double(st.bytes()) / 1e9) / link * 1e6 + 15;
+      std::printf("%-6zu %12.1f %12.1f %14.1f %10.2f\n", n, sm, ce, bound, sm / bound);
+    }
+    std::printf("(link bandwidth for the bound: contiguous H2D %.1f GB/s)\n", link);
+  }
+
+  // Interference: a restore beside a kernel that fills every SM.
+  std::printf("\nrestore of 256 MiB in 64 KiB pages beside a kernel that occupies every SM\n");
+  {
+    const size_t n = (256ull << 20) / (64 << 10);
+    Setup st(KvLayout{ValueLayout::kMla, 1, 16, 4096}, n, host, host_bytes);
+    cudaStream_t busy;
+    CK(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking));
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const long long cycles = (long long)khz * 40;  // ~40 ms at that clock
+    for (auto p : {CopyPath::kSmKernel, CopyPath::kCopyEngine}) {
+      const double alone = time_ms(s, [&] { g.copy(Direction::kRestore, st.copy(), s, p); });
+      std::vector<double> t;
+      for (int r = 0; r < 3; ++r) {
+        busy_kernel<<<prop.multiProcessorCount * 4, 1024, 0, busy>>>(cycles);
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        cudaEventRecord(a, s);
+        g.copy(Direction::kRestore, st.copy(), s, p);
+        cudaEventRecord(b, s);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        t.push_back(ms);
+        CK(cudaStreamSynchronize(busy));
+      }
+      std::printf("  %-12s alone %7.2f ms, beside the busy kernel %7.2f ms: %.2fx\n",
+                  p == CopyPath::kSmKernel ? "SM kernel" : "copy engine", alone, median(t), median(t) / alone);
+    }
+  }
+  cuda_unregister_host(host);
+  return 0;
+}
