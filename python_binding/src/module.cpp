@@ -6,6 +6,10 @@
 
 #include "fluxon/client/cuda_registration.hpp"
 #include "fluxon/client/kv_client.hpp"
+#include "fluxon/kv/kv_layout.hpp"
+#ifdef FLUXON_HAVE_CUDA
+#include "fluxon/kv/kv_cuda.hpp"
+#endif
 
 namespace py = pybind11;
 using namespace fluxon;
@@ -70,6 +74,55 @@ PutOptionalArgs to_opts(const py::object& o) {
   return a;
 }
 
+// An int64/uint64 sequence from a list or any buffer (array.array('q'), numpy, memoryview).
+template <class T>
+std::vector<T> int_array(const py::object& o, const char* name) {
+  if (py::isinstance<py::buffer>(o)) {
+    py::buffer_info b = py::cast<py::buffer>(o).request();
+    if (b.itemsize != 8 || b.ndim != 1) raise_status(invalid_argument(std::string(name) + ": need a 1-D buffer of 8-byte ints"));
+    if (b.strides[0] != 8) raise_status(invalid_argument(std::string(name) + ": buffer must be contiguous"));
+    const T* p = static_cast<const T*>(b.ptr);
+    return std::vector<T>(p, p + b.shape[0]);
+  }
+  return o.cast<std::vector<T>>();
+}
+
+kv::KvLayout to_layout(const std::string& name, uint32_t layers, uint32_t page_size, uint64_t item_bytes) {
+  kv::KvLayout L;
+  if (name == "page_first") L.layout = kv::ValueLayout::kPageFirst;
+  else if (name == "layer_first") L.layout = kv::ValueLayout::kLayerFirst;
+  else if (name == "mla") L.layout = kv::ValueLayout::kMla;
+  else raise_status(invalid_argument("layout: expected page_first, layer_first or mla, got '" + name + "'"));
+  L.layer_num = layers;
+  L.page_size = page_size;
+  L.item_bytes = item_bytes;
+  return L;
+}
+
+struct KvArgs {
+  kv::PageCopy copy;
+  std::vector<uint64_t> k, v;
+  std::vector<int64_t> pages;
+};
+
+KvArgs kv_args(uint64_t plan, const std::string& layout, uint32_t layers, uint32_t page_size, uint64_t item_bytes,
+               const py::object& k_ptrs, const py::object& v_ptrs, const py::object& page_indices, int layer) {
+  KvArgs a;
+  a.k = int_array<uint64_t>(k_ptrs, "k_ptrs");
+  if (!v_ptrs.is_none()) a.v = int_array<uint64_t>(v_ptrs, "v_ptrs");
+  a.pages = int_array<int64_t>(page_indices, "page_indices");
+  a.copy.plan_ptr = plan;
+  a.copy.layout = to_layout(layout, layers, page_size, item_bytes);
+  if (a.k.size() != layers || (a.copy.layout.kv_count() == 2 && a.v.size() != layers))
+    raise_status(invalid_argument("k_ptrs/v_ptrs: need one base pointer per layer"));
+  a.copy.k_ptrs = a.k.data();
+  a.copy.v_ptrs = a.v.empty() ? nullptr : a.v.data();
+  a.copy.page_indices = a.pages.data();
+  a.copy.page_count = a.pages.size();
+  a.copy.layer = layer;
+  return a;
+}
+
 py::object opt_int(const std::optional<uint32_t>& v) { return v ? py::object(py::int_(*v)) : py::object(py::none()); }
 
 }  // namespace
@@ -77,6 +130,50 @@ py::object opt_int(const std::optional<uint32_t>& v) { return v ? py::object(py:
 PYBIND11_MODULE(_fluxon, m) {
   m.doc() = "Fluxon native client";
   m.attr("PLAN_MAGIC") = py::int_(kPlanMagic);
+
+  // KV page copies (cuda_kernels/): the CPU reference everywhere, the GPU paths where built.
+  m.def("kv_value_bytes", [](const std::string& layout, uint32_t layers, uint32_t page_size, uint64_t item_bytes) {
+    return to_layout(layout, layers, page_size, item_bytes).value_bytes();
+  });
+  m.def(
+      "kv_copy_pages_cpu",
+      [](const std::string& direction, uint64_t plan, const std::string& layout, uint32_t layers, uint32_t page_size,
+         uint64_t item_bytes, py::object k_ptrs, py::object v_ptrs, py::object page_indices, int layer) {
+        if (direction != "backup" && direction != "restore")
+          raise_status(invalid_argument("direction: expected backup or restore"));
+        KvArgs a = kv_args(plan, layout, layers, page_size, item_bytes, k_ptrs, v_ptrs, page_indices, layer);
+        const auto dir = direction == "backup" ? kv::Direction::kBackup : kv::Direction::kRestore;
+        check(released([&] { return kv::copy_pages_cpu(dir, a.copy); }));
+      },
+      py::arg("direction"), py::arg("plan_ptr"), py::arg("layout"), py::arg("layer_num"), py::arg("page_size"),
+      py::arg("item_bytes"), py::arg("k_ptrs"), py::arg("v_ptrs"), py::arg("page_indices"), py::arg("layer") = -1);
+#ifdef FLUXON_HAVE_CUDA
+  m.attr("HAVE_CUDA") = true;
+  py::class_<kv::GpuCopier>(m, "_GpuCopier")
+      .def(py::init<>())
+      .def(
+          "copy",
+          [](kv::GpuCopier& g, const std::string& direction, uint64_t plan, const std::string& layout, uint32_t layers,
+             uint32_t page_size, uint64_t item_bytes, py::object k_ptrs, py::object v_ptrs, py::object page_indices,
+             int layer, uint64_t stream, const std::string& path) {
+            if (direction != "backup" && direction != "restore")
+              raise_status(invalid_argument("direction: expected backup or restore"));
+            if (path != "sm" && path != "copy_engine") raise_status(invalid_argument("path: expected sm or copy_engine"));
+            KvArgs a = kv_args(plan, layout, layers, page_size, item_bytes, k_ptrs, v_ptrs, page_indices, layer);
+            std::string why;
+            if (!kv::cuda_device_available(&why)) raise_status(Status(Code::kInternal, "CUDA is not usable here: " + why));
+            check(released([&] {
+              return g.copy(direction == "backup" ? kv::Direction::kBackup : kv::Direction::kRestore, a.copy,
+                            reinterpret_cast<void*>(stream),
+                            path == "sm" ? kv::CopyPath::kSmKernel : kv::CopyPath::kCopyEngine);
+            }));
+          },
+          py::arg("direction"), py::arg("plan_ptr"), py::arg("layout"), py::arg("layer_num"), py::arg("page_size"),
+          py::arg("item_bytes"), py::arg("k_ptrs"), py::arg("v_ptrs"), py::arg("page_indices"), py::arg("layer") = -1,
+          py::arg("stream") = 0, py::arg("path") = "sm");
+#else
+  m.attr("HAVE_CUDA") = false;
+#endif
 
   py::class_<KvFuture>(m, "_Future")
       .def("done", &KvFuture::done)

@@ -1,0 +1,48 @@
+"""KV page copies between a KV cache and Fluxon values through plan blobs.
+
+Layouts (the byte contract with the SGLang side; see the README): ``page_first``
+``[K|V][layer][token][item]``, ``layer_first`` ``[layer][K|V][token][item]``, ``mla``
+``[layer][token][item]``; one value per page key, ``item`` bytes per token per layer.
+
+``copy_pages_cpu`` is the reference (and the path of a machine without a GPU): ``k_ptrs`` /
+``v_ptrs`` are host base addresses of per-layer buffers ``[token_slot][item]``. ``GpuCopier`` runs
+the CUDA kernels (``path="sm"``) or the copy engines (``path="copy_engine"``) on a stream, with
+device base addresses; the values must be registered (``KvClient.register_segments_with_cuda``).
+"""
+
+from __future__ import annotations
+
+from . import _fluxon
+
+HAVE_CUDA = bool(_fluxon.HAVE_CUDA)
+
+
+def value_bytes(layout: str, layer_num: int, page_size: int, item_bytes: int) -> int:
+    return _fluxon.kv_value_bytes(layout, layer_num, page_size, item_bytes)
+
+
+def copy_pages_cpu(direction: str, plan_ptr: int, layout: str, layer_num: int, page_size: int, item_bytes: int,
+                   k_ptrs, v_ptrs, page_indices, layer: int = -1) -> None:
+    """``direction``: ``"backup"`` (KV cache -> values) or ``"restore"`` (values -> KV cache)."""
+    _fluxon.kv_copy_pages_cpu(direction, plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs,
+                              page_indices, layer)
+
+
+class GpuCopier:
+    """One per CUDA stream: keeps the device scratch for plan pointers and page indices."""
+
+    def __init__(self):
+        if not HAVE_CUDA:
+            from .errors import Internal
+            raise Internal("this build of Fluxon has no CUDA support (nvcc was not found at build time)")
+        self._g = _fluxon._GpuCopier()
+
+    def write_pages_to_values(self, plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs,
+                              page_indices, *, layer=-1, stream=0, path="sm"):
+        self._g.copy("backup", plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs, page_indices,
+                     layer, stream, path)
+
+    def restore_pages_from_values(self, plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs,
+                                  page_indices, *, layer=-1, stream=0, path="sm"):
+        self._g.copy("restore", plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs, page_indices,
+                     layer, stream, path)
