@@ -4,6 +4,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+#include <thread>
+
 #include "fluxon/client/cuda_registration.hpp"
 #include "fluxon/client/kv_client.hpp"
 #include "fluxon/kv/kv_layout.hpp"
@@ -123,6 +126,45 @@ KvArgs kv_args(uint64_t plan, const std::string& layout, uint32_t layers, uint32
   return a;
 }
 
+// Page objects <-> plan values: page i's `per_page` objects (ptrs[i*per_page + j], sizes[j]) are
+// the consecutive pieces of value i. One call per batch, on several threads for large batches:
+// no Python loop touches a page.
+Status plan_copy(uint64_t plan, const std::vector<uint64_t>& ptrs, const std::vector<uint64_t>& sizes, size_t pages,
+                 bool into_plan, unsigned threads) {
+  auto* blob = reinterpret_cast<const uint64_t*>(plan);
+  if (plan == 0 || blob[0] != kPlanMagic) return invalid_argument("plan_ptr: not a Fluxon plan blob");
+  if (blob[1] < pages) return invalid_argument("plan_ptr: plan holds fewer values than pages");
+  if (pages == 0) return Status::ok();
+  if (sizes.empty() || ptrs.size() != pages * sizes.size())
+    return invalid_argument("ptrs: expected pages x objects-per-page pointers");
+  const size_t per_page = sizes.size();
+  uint64_t page_bytes = 0;
+  for (auto s : sizes) page_bytes += s;
+  auto work = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      auto* value = reinterpret_cast<uint8_t*>(blob[2 + i]);
+      for (size_t j = 0; j < per_page; ++j) {
+        auto* obj = reinterpret_cast<uint8_t*>(ptrs[i * per_page + j]);
+        if (into_plan) std::memcpy(value, obj, sizes[j]);
+        else std::memcpy(obj, value, sizes[j]);
+        value += sizes[j];
+      }
+    }
+  };
+  const uint64_t total = page_bytes * pages;
+  unsigned n = std::min<unsigned>(threads ? threads : std::max(1u, std::thread::hardware_concurrency()),
+                                  unsigned(std::min<size_t>(pages, 16)));
+  if (total < (8u << 20)) n = 1;  // small batches: thread start-up would dominate
+  if (n <= 1) {
+    work(0, pages);
+    return Status::ok();
+  }
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < n; ++t) ts.emplace_back(work, pages * t / n, pages * (t + 1) / n);
+  for (auto& t : ts) t.join();
+  return Status::ok();
+}
+
 py::object opt_int(const std::optional<uint32_t>& v) { return v ? py::object(py::int_(*v)) : py::object(py::none()); }
 
 }  // namespace
@@ -174,6 +216,16 @@ PYBIND11_MODULE(_fluxon, m) {
 #else
   m.attr("HAVE_CUDA") = false;
 #endif
+
+  m.def(
+      "plan_copy",
+      [](uint64_t plan, py::object ptrs, py::object sizes, size_t pages, bool into_plan, unsigned threads) {
+        auto p = int_array<uint64_t>(ptrs, "ptrs");
+        auto s = int_array<uint64_t>(sizes, "sizes");
+        check(released([&] { return plan_copy(plan, p, s, pages, into_plan, threads); }));
+      },
+      py::arg("plan_ptr"), py::arg("ptrs"), py::arg("sizes"), py::arg("pages"), py::arg("into_plan"),
+      py::arg("threads") = 0);
 
   py::class_<KvFuture>(m, "_Future")
       .def("done", &KvFuture::done)
