@@ -159,3 +159,21 @@ def test_requires_a_registered_pool(shared_cluster):
     with pytest.raises(fluxon.InvalidArgument):
         s.batch_set_v1(["x"], [0, 1, 2, 3])
     s.close()
+
+
+def test_replica_admission_is_carried_into_the_put(shared_cluster):
+    s = FluxonHiCacheStorage(cfg(), {"fluxon_config": shared_cluster.client_config(),
+                                     "extra_backend_tag": f"adm{random.random()}",
+                                     "replica_task": {"enabled": True, "admission": {
+                                         "policy": "kv_score_low_only", "score_threshold": 0.5}}})
+    pool = HostPool("page_first")
+    pool.fill(4)
+    s.register_mem_pool_host(pool)
+    from fluxon.sglang import HiCacheStorageExtraInfo
+    info = HiCacheStorageExtraInfo(extra_info={"kv_scores": [0.1, 0.9, 0.5]})
+    assert s.batch_set_v1(["r0", "r1", "r2"], indices([0, 1, 2], 4), info) == [True] * 3
+    assert s.get_stats()["replica_admitted_pages"] == 2
+    with pytest.raises(fluxon.InvalidArgument):
+        FluxonHiCacheStorage(cfg(), {"fluxon_config": shared_cluster.client_config(),
+                                     "replica_task": {"enabled": True, "admission": {"policy": "maybe"}}})
+    s.close()

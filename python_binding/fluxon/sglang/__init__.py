@@ -25,6 +25,7 @@ import fluxon
 from fluxon import _fluxon
 
 from ._compat import HAVE_SGLANG, HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
+from .admission import AdmissionConfig, admission_identity, admit
 
 __all__ = ["FluxonHiCacheStorage", "HiCacheStorage", "HiCacheStorageConfig", "HiCacheStorageExtraInfo",
            "HAVE_SGLANG", "storage_key"]
@@ -72,9 +73,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
         shared = extra.get("client")
         self._owns_client = shared is None
         self.client = shared if shared is not None else fluxon.KvClient(extra.get("fluxon_config"))
+        rt = dict(extra.get("replica_task") or {})
+        self.admission = AdmissionConfig.from_dict(rt.get("admission")) if rt.get("enabled") else AdmissionConfig()
         self.mem_pool_host = None
         self._stats_lock = threading.Lock()
-        self._stats = {"set_pages": 0, "set_bytes": 0, "set_exists": 0, "set_failed": 0, "get_pages": 0,
+        self._stats = {"replica_admitted_pages": 0, "set_pages": 0, "set_bytes": 0, "set_exists": 0, "set_failed": 0, "get_pages": 0,
                        "get_bytes": 0, "get_misses": 0, "exists_calls": 0}
 
     # -- keys ---------------------------------------------------------------------------
@@ -83,6 +86,17 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     def _keys(self, keys: List[str]) -> List[str]:
         return [self._key(k) for k in keys]
+
+    def _replica_opts(self, skeys: List[str], extra_info) -> Optional["fluxon.PutOptionalArgs"]:
+        if self.admission.policy == "none":
+            return None
+        scores = None
+        if extra_info is not None and getattr(extra_info, "extra_info", None):
+            scores = extra_info.extra_info.get("kv_scores")
+        ids = [admission_identity(k, self.config.tp_rank, self.config.tp_size) for k in skeys]
+        mask = admit(ids, self.admission, None, scores)
+        self._count(replica_admitted_pages=sum(mask))
+        return fluxon.PutOptionalArgs(make_replica_task=True, make_replica_task_mask=mask)
 
     def _count(self, **delta):
         with self._stats_lock:
@@ -117,7 +131,8 @@ class FluxonHiCacheStorage(HiCacheStorage):
         skeys = self._keys(keys)
         for _ in range(2):  # a second round after dropping keys that already exist
             try:
-                plan = self.client.local_fast_put_start([skeys[i] for i in todo], value_len)
+                batch_keys = [skeys[i] for i in todo]
+                plan = self.client.local_fast_put_start(batch_keys, value_len, self._replica_opts(batch_keys, extra_info))
             except fluxon.KeyConflict as e:
                 exists = {todo[i] for i, r in zip(e.indices, e.reasons) if r == "exists"}
                 inflight = {todo[i] for i, r in zip(e.indices, e.reasons) if r == "inflight"}

@@ -1,0 +1,135 @@
+"""Replica admission for put batches: which atomic groups get a replica task.
+
+Policies (design: "低分 KV 提前 CPU write-back 策略"):
+  - ``eager``: every group.
+  - ``kv_score_only``: groups whose mean score is >= ``score_threshold``; priority = mean score.
+  - ``kv_score_low_only``: groups whose mean score is <= ``score_threshold`` (inclusive);
+    priority = 1 - mean score (lowest first).
+  - ``none``: no group.
+Group rules: a group is admitted whole or skipped whole (the mask is constant inside a group).
+``min_replica_pages`` tops the admitted pages up with the best remaining groups, whole, even
+past the minimum. ``max_replica_pages_per_batch`` is a hard cap: groups are kept in priority order
+only while they fit entirely in the remaining budget; no group is cut.
+Decisions are TP-invariant: they depend on scores and on the *admission identity* of a key (the
+storage key with the TP rank removed and the TP size kept), never on the rank, so every rank of a
+TP group admits the same logical groups.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from ..errors import InvalidArgument
+
+POLICIES = ("none", "eager", "kv_score_only", "kv_score_low_only")
+
+
+@dataclass
+class AdmissionConfig:
+    policy: str = "none"
+    score_threshold: float = 0.5
+    min_replica_pages: int = 0
+    max_replica_pages_per_batch: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: Optional[dict]) -> "AdmissionConfig":
+        d = dict(d or {})
+        unknown = set(d) - {"policy", "score_threshold", "min_replica_pages", "max_replica_pages_per_batch"}
+        if unknown:
+            raise InvalidArgument(f"replica_task.admission: unknown keys {sorted(unknown)}")
+        c = cls(**d)
+        c.validate()
+        return c
+
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidArgument(f"replica_task.admission.policy: one of {POLICIES}, got {self.policy!r}")
+        if not 0.0 <= float(self.score_threshold) <= 1.0:
+            raise InvalidArgument("replica_task.admission.score_threshold: must be in [0, 1]")
+        if int(self.min_replica_pages) < 0:
+            raise InvalidArgument("replica_task.admission.min_replica_pages: must be >= 0")
+        if self.max_replica_pages_per_batch is not None and int(self.max_replica_pages_per_batch) < 0:
+            raise InvalidArgument("replica_task.admission.max_replica_pages_per_batch: must be >= 0")
+
+
+_RANK_SUFFIX = re.compile(r"_(\d+)_(\d+)(?=($|[._]))")
+
+
+def admission_identity(storage_key: str, tp_rank: int, tp_size: int) -> str:
+    """The storage key with ``_{tp_rank}_{tp_size}`` replaced by ``_tp{tp_size}``."""
+    needle = f"_{tp_rank}_{tp_size}"
+    pos = storage_key.rfind(needle)
+    if pos < 0:
+        return storage_key
+    return storage_key[:pos] + f"_tp{tp_size}" + storage_key[pos + len(needle):]
+
+
+def validate_groups(n: int, group_lens: Optional[Sequence[int]]) -> List[int]:
+    if group_lens is None:
+        return [1] * n
+    if not isinstance(group_lens, (list, tuple)) or not all(
+            isinstance(g, int) and not isinstance(g, bool) for g in group_lens):
+        raise InvalidArgument("atomic_group_lens: expected a list of int")
+    if any(g <= 0 for g in group_lens):
+        raise InvalidArgument("atomic_group_lens: every group must be > 0")
+    if sum(group_lens) != n:
+        raise InvalidArgument(f"atomic_group_lens: sum {sum(group_lens)} != number of keys {n}")
+    return list(group_lens)
+
+
+def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Optional[Sequence[int]] = None,
+          scores: Optional[Sequence[float]] = None) -> List[bool]:
+    """The per-key replica mask (constant inside every group)."""
+    n = len(identities)
+    groups = validate_groups(n, group_lens)
+    if config.policy in ("kv_score_only", "kv_score_low_only"):
+        if scores is None or len(scores) != n:
+            raise InvalidArgument("scores: one score per key is required by a kv_score policy")
+    starts, s = [], 0
+    for g in groups:
+        starts.append(s)
+        s += g
+    chosen = [False] * len(groups)
+    if config.policy == "none":
+        return [False] * n
+    if config.policy == "eager":
+        chosen = [True] * len(groups)
+        priority = [1.0] * len(groups)
+    else:
+        means = [sum(scores[st:st + g]) / g for st, g in zip(starts, groups)]
+        thr = float(config.score_threshold)
+        if config.policy == "kv_score_only":
+            chosen = [m >= thr for m in means]
+            priority = means
+        else:
+            chosen = [m <= thr for m in means]
+            priority = [1.0 - m for m in means]
+
+    # Equal priorities break ties by the TP-invariant identity of the group's first key.
+    def tie(i):
+        return hashlib.sha256(identities[starts[i]].encode()).hexdigest()
+
+    order = sorted(range(len(groups)), key=lambda i: (-priority[i], tie(i)))
+    admitted = sum(g for g, c in zip(groups, chosen) if c)
+    if admitted < int(config.min_replica_pages):
+        for i in order:
+            if admitted >= int(config.min_replica_pages):
+                break
+            if not chosen[i]:
+                chosen[i] = True
+                admitted += groups[i]
+    if config.max_replica_pages_per_batch is not None:
+        budget = int(config.max_replica_pages_per_batch)
+        keep = [False] * len(groups)
+        for i in order:
+            if chosen[i] and groups[i] <= budget:
+                keep[i] = True
+                budget -= groups[i]
+        chosen = keep
+    mask: List[bool] = []
+    for g, c in zip(groups, chosen):
+        mask += [c] * g
+    return mask

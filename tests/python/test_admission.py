@@ -1,0 +1,70 @@
+"""Replica admission policies: whole groups, min top-up, hard max, priorities, TP invariance."""
+
+import pytest
+
+import fluxon
+from fluxon.sglang import HiCacheStorageConfig, storage_key
+from fluxon.sglang.admission import AdmissionConfig, admission_identity, admit
+
+
+def ids(n, rank=0, size=2):
+    cfg = HiCacheStorageConfig(tp_rank=rank, tp_size=size, model_name="m")
+    return [admission_identity(storage_key("p", f"h{i}", cfg), rank, size) for i in range(n)]
+
+
+def test_eager_and_none():
+    assert admit(ids(4), AdmissionConfig("eager"), [2, 2]) == [True] * 4
+    assert admit(ids(4), AdmissionConfig("none"), [2, 2]) == [False] * 4
+
+
+def test_kv_score_only_whole_groups_high_scores():
+    scores = [0.9, 0.8, 0.2, 0.9, 0.1, 0.1]
+    mask = admit(ids(6), AdmissionConfig("kv_score_only", 0.5), [2, 2, 2], scores)
+    assert mask == [True, True, True, True, False, False]  # group 2 mean 0.55 >= 0.5
+
+
+def test_kv_score_low_only_inclusive_threshold_and_low_first():
+    scores = [0.55, 0.55, 0.9, 0.9, 0.1, 0.3]
+    mask = admit(ids(6), AdmissionConfig("kv_score_low_only", 0.55), [2, 2, 2], scores)
+    assert mask == [True, True, False, False, True, True]
+    # max cap keeps the lowest-scored group first and never cuts one
+    capped = admit(ids(6), AdmissionConfig("kv_score_low_only", 0.55, max_replica_pages_per_batch=3), [2, 2, 2],
+                   scores)
+    assert capped == [False, False, False, False, True, True]
+
+
+def test_min_top_up_takes_whole_groups_past_the_minimum():
+    scores = [0.1, 0.1, 0.1, 0.2, 0.2, 0.2, 0.3]
+    mask = admit(ids(7), AdmissionConfig("kv_score_only", 0.9, min_replica_pages=2), [3, 3, 1], scores)
+    # high scores first: the 0.3 group (1 page) is not enough, so the 0.2 group joins, whole
+    assert mask == [False, False, False, True, True, True, True]
+
+
+def test_max_cap_skips_groups_that_do_not_fit_and_keeps_smaller_ones():
+    mask = admit(ids(6), AdmissionConfig("eager", max_replica_pages_per_batch=3), [4, 1, 1])
+    assert sum(mask) <= 3
+    assert mask[:4] == [False] * 4  # the group of 4 never fits, and is not cut
+    assert mask[4:] == [True, True]
+
+
+def test_tp_invariant_decisions():
+    scores = [0.5] * 8  # all ties: the identity decides the order
+    cfg = AdmissionConfig("kv_score_only", 0.5, max_replica_pages_per_batch=4)
+    m0 = admit(ids(8, rank=0), cfg, [2, 2, 2, 2], scores)
+    m1 = admit(ids(8, rank=1), cfg, [2, 2, 2, 2], scores)
+    assert m0 == m1 and sum(m0) == 4
+    assert ids(3, rank=0) == ids(3, rank=1)
+    assert ids(1, rank=0, size=2) != ids(1, rank=0, size=4)  # the TP size stays in the identity
+
+
+def test_validation():
+    with pytest.raises(fluxon.InvalidArgument):
+        AdmissionConfig.from_dict({"policy": "sometimes"})
+    with pytest.raises(fluxon.InvalidArgument):
+        AdmissionConfig.from_dict({"policy": "eager", "colour": 1})
+    with pytest.raises(fluxon.InvalidArgument):
+        admit(ids(3), AdmissionConfig("eager"), [1, 1])
+    with pytest.raises(fluxon.InvalidArgument):
+        admit(ids(2), AdmissionConfig("kv_score_only"), [2], None)
+    with pytest.raises(fluxon.InvalidArgument):
+        admit(ids(2), AdmissionConfig("eager"), [True, 1])
