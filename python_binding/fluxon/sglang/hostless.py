@@ -1,0 +1,209 @@
+"""Hostless HiCache: SGLang calls Fluxon directly, native kernels move the bytes (design sections
+"Backup 时序", "Prefetch 与 Restore 时序", "SGLang Node Storage 状态", "失败处理").
+
+Backup of a radix node: one put batch with ``atomic_group_lens=[len(node_pages)]``; the node's
+``storage_staged / storage_local_ready / storage_pending / storage_backed`` follow the put and
+its ``KvFuture`` (``poll()`` drives them, as SGLang's scheduler polls futures).
+
+Restore across TP ranks: every rank runs ``get_start``; the ranks agree on the minimum
+``transferable_len`` through the injected collective; when they differ, each rank cancels its
+handle and retries once with the common complete-group prefix; a second disagreement gives a
+unified miss. After ``get_transfer`` every rank passes a commit gate: only when every rank holds a
+plan does any rank restore; otherwise every rank releases what it holds and counts 0 restored
+tokens. The collective is a callable the caller injects: ``allgather(value) -> list`` of every
+rank's value, in rank order (torch.distributed all_gather_object in SGLang; a barrier in tests).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+import fluxon
+
+from .admission import AdmissionConfig, admission_identity, admit
+
+
+@dataclass
+class NodeStorage:
+    """The Fluxon storage fields of one radix node (SGLang side; not the master route state)."""
+
+    keys: List[str]
+    storage_staged: bool = False        # a hostless backup of the node is on its way
+    storage_local_ready: bool = False   # written and committed; the future has not answered yet
+    storage_pending: bool = False       # the KvFuture has not finished
+    storage_backed: bool = False        # routes are live: shared backing
+    future: Optional[fluxon.KvFuture] = field(default=None, repr=False)
+    error: Optional[BaseException] = None
+
+
+@dataclass
+class RestoreResult:
+    restored_pages: int
+    plan_ptr: Optional[int]
+    reason: str  # "hit", "miss", "tp_mismatch", "gate_rejected"
+
+
+class HostlessBackend:
+    def __init__(self, client: fluxon.KvClient, *, tp_rank: int = 0, tp_size: int = 1,
+                 allgather: Optional[Callable[[object], List[object]]] = None,
+                 admission: Optional[AdmissionConfig] = None, register_with_cuda: bool = False,
+                 on_dead_leaf: Optional[Callable[[NodeStorage], None]] = None):
+        self.client = client
+        self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.allgather = allgather or (lambda v: [v])
+        self.admission = admission or AdmissionConfig()
+        self.on_dead_leaf = on_dead_leaf
+        self._pending: List[NodeStorage] = []
+        self._lock = threading.Lock()
+        self.counters = {"backup_started": 0, "backup_write_failed": 0, "backup_conflict": 0, "backup_backed": 0,
+                         "backup_failed": 0, "tp_mismatch_retry": 0, "tp_mismatch_miss": 0, "gate_rejected": 0,
+                         "restore_failed": 0, "restored_pages": 0}
+        if register_with_cuda:
+            # Failure-table row: registration failure is synchronous, never a silent fallback.
+            client.register_segments_with_cuda()
+
+    # -- backup -------------------------------------------------------------------------------
+    def backup_node(self, node: NodeStorage, value_len: int, write_values: Callable[[int], None],
+                    scores: Optional[Sequence[float]] = None) -> bool:
+        """Writes the node's pages through a put plan (`write_values(plan_ptr)`: the native kernel,
+        returning once its writes are visible) and commits them. False when the backup was not
+        started or failed closed; the node's state says where it stands."""
+        keys = node.keys
+        mask = None
+        if self.admission.policy != "none":
+            ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
+            mask = admit(ids, self.admission, [len(keys)], scores)
+        opts = fluxon.PutOptionalArgs(atomic_group_lens=[len(keys)], make_replica_task=mask is not None,
+                                      make_replica_task_mask=mask)
+        node.storage_staged = True
+        self.counters["backup_started"] += 1
+        try:
+            plan = self.client.local_fast_put_start(keys, value_len, opts)
+        except fluxon.KeyConflict as e:
+            node.storage_staged = False
+            self.counters["backup_conflict"] += 1
+            if len(e.indices) == len(keys) and all(r == "exists" for r in e.reasons):
+                node.storage_backed = True  # already stored, whole
+                return True
+            return False  # half a group cannot be backed up: fail closed
+        try:
+            write_values(plan)
+        except BaseException as exc:
+            # Failure-table row: native write failed after put_start -> put_abort.
+            self.client.put_abort(plan)
+            node.storage_staged = False
+            node.error = exc
+            self.counters["backup_write_failed"] += 1
+            return False
+        node.future = self.client.local_fast_put_commit(plan)
+        node.storage_local_ready = True
+        node.storage_pending = True
+        with self._lock:
+            self._pending.append(node)
+        return True
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        """Settles finished futures; returns how many nodes changed state."""
+        with self._lock:
+            pending = list(self._pending)
+        changed = 0
+        for node in pending:
+            if not (node.future.done() or (timeout_s > 0 and node.future.wait(timeout_s))):
+                continue
+            try:
+                node.future.result(0)
+                node.storage_backed = True
+                self.counters["backup_backed"] += 1
+            except fluxon.Error as exc:
+                # Failure-table row: the future failed in the background -> clear the staged states.
+                node.error = exc
+                self.counters["backup_failed"] += 1
+                if self.on_dead_leaf:
+                    self.on_dead_leaf(node)
+            node.storage_staged = node.storage_local_ready = node.storage_pending = False
+            node.future = None
+            with self._lock:
+                self._pending.remove(node)
+            changed += 1
+        return changed
+
+    # -- restore ------------------------------------------------------------------------------
+    @staticmethod
+    def _aligned(n: int, group_lens: Sequence[int]) -> int:
+        edge = 0
+        for g in group_lens:
+            if edge + g > n:
+                break
+            edge += g
+        return edge
+
+    def start_restore(self, keys: List[str], group_lens: Optional[Sequence[int]] = None) -> RestoreResult:
+        """Collective: every rank of the TP group calls it for the same logical request."""
+        groups = list(group_lens) if group_lens is not None else [1] * len(keys)
+        handle, r = self.client.get_start(keys, True, groups)
+        lens = self.allgather(r.transferable_len)
+        n = min(lens)
+        if any(x != n for x in lens):
+            # Ranks disagree: retry once with the common complete-group prefix.
+            self.client.cancel_get_transfer(handle)
+            n = self._aligned(n, groups)
+            self.counters["tp_mismatch_retry"] += 1
+            if n == 0:
+                return RestoreResult(0, None, "miss")  # every rank saw the same lengths: all return here
+            prefix_groups = []
+            edge = 0
+            for g in groups:
+                if edge + g > n:
+                    break
+                prefix_groups.append(g)
+                edge += g
+            handle, r = self.client.get_start(keys[:n], True, prefix_groups)
+            lens2 = self.allgather(r.transferable_len)
+            if any(x != n for x in lens2):
+                self.client.cancel_get_transfer(handle)
+                self.counters["tp_mismatch_miss"] += 1
+                return RestoreResult(0, None, "tp_mismatch")
+        if n == 0:
+            self.client.cancel_get_transfer(handle)
+            return RestoreResult(0, None, "miss")
+        plan = None
+        try:
+            plan = self.client.get_transfer(handle, consume_prefix_len=n)
+        except fluxon.Error:
+            plan = None
+            try:
+                self.client.cancel_get_transfer(handle)  # unless the failure consumed it already
+            except fluxon.InvalidArgument:
+                pass
+        # TP commit gate: no rank restores unless every rank holds its plan.
+        gate = self.allgather(plan is not None)
+        if not all(gate):
+            if plan is not None:
+                self.client.release_views(plan)
+            self.counters["gate_rejected"] += 1
+            return RestoreResult(0, None, "gate_rejected")
+        return RestoreResult(n, plan, "hit")
+
+    def finish_restore(self, result: RestoreResult, restore_values: Callable[[int], None],
+                       rollback: Optional[Callable[[], None]] = None) -> bool:
+        """Runs the native restore on the plan; the views are released after it, failed or not."""
+        if result.plan_ptr is None:
+            return False
+        try:
+            restore_values(result.plan_ptr)
+        except BaseException:
+            # Failure-table row: release_views first, then SGLang's rollback (the handle is consumed).
+            self.client.release_views(result.plan_ptr)
+            self.counters["restore_failed"] += 1
+            if rollback:
+                rollback()
+            return False
+        self.client.release_views(result.plan_ptr)
+        self.counters["restored_pages"] += result.restored_pages
+        return True
+
+    def abandon(self, handle) -> None:
+        """Failure-table row: give a get_start up."""
+        self.client.cancel_get_transfer(handle)
