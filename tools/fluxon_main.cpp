@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cluster.hpp"
 #include "fluxon/actors/runtime.hpp"
@@ -17,7 +18,8 @@ static int usage() {
                "  fluxon owner  --config FILE [--node-id N]\n"
                "  fluxon cluster up|down|status FILE\n"
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
-               "  fluxon bench  FILE [--iters N]          (starts the cluster of FILE if needed)\n");
+               "  fluxon bench  FILE [--iters N]          (starts the cluster of FILE if needed)\n"
+               "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n");
   return 2;
 }
 
@@ -62,6 +64,22 @@ int main(int argc, char** argv) {
     auto c = load(config);
     if (!c.ok()) return 2;
     return tools::run_demo(*c);
+  }
+  if (cmd == "workload") {
+    // The workload is Python (it drives the SGLang adapter): run it with this build's package.
+    const std::string exe = self_exe();
+    const std::string build = exe.substr(0, exe.rfind('/')) + "/..";
+    const char* old = std::getenv("PYTHONPATH");
+    const std::string pp = build + "/python" + (old ? std::string(":") + old : "");
+    setenv("PYTHONPATH", pp.c_str(), 1);
+    setenv("FLUXON_BIN", exe.c_str(), 0);
+    std::vector<char*> args{const_cast<char*>("/usr/bin/python3"), const_cast<char*>("-m"),
+                            const_cast<char*>("fluxon.workload")};
+    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execv("/usr/bin/python3", args.data());
+    std::perror("fluxon workload: /usr/bin/python3");
+    return 127;
   }
   if (cmd == "bench") {
     if (argc < 3) return usage();

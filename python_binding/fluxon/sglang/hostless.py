@@ -69,7 +69,8 @@ class HostlessBackend:
                     scores: Optional[Sequence[float]] = None) -> bool:
         """Writes the node's pages through a put plan (`write_values(plan_ptr)`: the native kernel,
         returning once its writes are visible) and commits them. False when the backup was not
-        started or failed closed; the node's state says where it stands."""
+        started or failed closed; the node's state says where it stands. The node's pages are one
+        atomic group (`atomic_group_lens=[len(node_pages)]`)."""
         keys = node.keys
         mask = None
         if self.admission.policy != "none":

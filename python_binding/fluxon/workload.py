@@ -1,0 +1,375 @@
+"""The multi-turn agent workload, shaped like SGLang's benchmark/hicache/bench_multiturn.py and the
+design's runs ("96 sessions x 12 turns, concurrency 16", page size 64, TP=2).
+
+Each TP rank is a process with a bounded "GPU" KV pool (host memory here) and a radix index of
+SGLang-style page hash chains (SHA-256 over the previous hash and the page's token ids). Sessions
+extend their own history; several share a system prompt. A request matches its prefix in L1 (the
+rank's pool), restores what Fluxon has (L2: the local owner, L3: a remote owner) through the
+hostless backend (get_start -> collective min -> common-prefix retry -> get_transfer -> commit gate
+-> restore), recomputes the rest, and backs radix nodes up (write_through: at once; write_back: when
+evicted). The ranks agree through a real collective between processes. Restored pages are checked
+byte for byte against what compute would produce.
+
+    PYTHONPATH=build/python python3 -m fluxon.workload --sessions 96 --turns 12 --concurrency 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+PAGE_TOKENS_DEFAULT = 64
+
+
+def page_hash(prev: str, tokens) -> str:
+    h = hashlib.sha256()
+    if prev:
+        h.update(bytes.fromhex(prev))
+    for t in tokens:
+        h.update(int(t).to_bytes(4, "little"))
+    return h.hexdigest()
+
+
+def pct(v, q):
+    if not v:
+        return 0.0
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+class Requests:
+    """The request stream: identical on every rank (same seed)."""
+
+    def __init__(self, a):
+        rng = random.Random(a.seed)
+        self.prompts = [[rng.randrange(1, 50000) for _ in range(a.system_tokens)] for _ in range(a.system_prompts)]
+        self.sessions = []
+        for s in range(a.sessions):
+            self.sessions.append({"history": list(self.prompts[s % a.system_prompts]), "turn": 0})
+        self.rng = rng
+        self.a = a
+
+    def rounds(self):
+        a = self.a
+        for turn in range(a.turns):
+            order = list(range(a.sessions))
+            self.rng.shuffle(order)
+            batch = []
+            for s in order:
+                sess = self.sessions[s]
+                user = [self.rng.randrange(1, 50000) for _ in range(self.rng.randint(a.user_tokens // 2, a.user_tokens))]
+                sess["history"] += user
+                out = [self.rng.randrange(1, 50000) for _ in range(a.output_tokens)]
+                batch.append((s, list(sess["history"]), out))
+                sess["history"] += out
+            yield turn, batch
+
+
+class GpuPool:
+    """The bounded per-rank KV pool (host memory standing in for the GPU) with a radix/LRU index."""
+
+    def __init__(self, pages, page_bytes):
+        self.page_bytes = page_bytes
+        self.buf = (ctypes.c_uint8 * (pages * page_bytes))()
+        self.base = ctypes.addressof(self.buf)
+        self.free = list(range(pages))
+        self.index = OrderedDict()  # page hash -> (slot, backed)
+
+    def lookup_prefix(self, hashes):
+        n = 0
+        while n < len(hashes) and hashes[n] in self.index:
+            self.index.move_to_end(hashes[n])
+            n += 1
+        return n
+
+    def slot_ptr(self, slot):
+        return self.base + slot * self.page_bytes
+
+
+def expected_page(h: str, rank: int, size: int) -> bytes:
+    seed = hashlib.sha256(bytes.fromhex(h) + bytes([rank])).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def rank_main(rank, a, client_conf, barrier, slots, out_q):
+    sys.path.insert(0, a.pythonpath) if a.pythonpath else None
+    import fluxon
+    from fluxon import kv
+    from fluxon.sglang.hostless import HostlessBackend, NodeStorage
+
+    def allgather(v):
+        slots[rank] = int(v)
+        barrier.wait()
+        res = [slots[i] for i in range(a.tp)]
+        barrier.wait()
+        return res
+
+    client = fluxon.KvClient(client_conf)
+    lat = {"put_start": [], "commit_to_future": [], "get_start": [], "get_transfer": []}
+
+    class Timed:
+        def __init__(self, c):
+            self.c = c
+
+        def __getattr__(self, name):
+            f = getattr(self.c, name)
+            if name not in ("local_fast_put_start", "get_start", "get_transfer"):
+                return f
+            key = {"local_fast_put_start": "put_start"}.get(name, name)
+
+            def timed(*args, **kw):
+                t = time.perf_counter()
+                try:
+                    return f(*args, **kw)
+                finally:
+                    lat[key].append((time.perf_counter() - t) * 1e6)
+            return timed
+
+    backend = HostlessBackend(Timed(client), tp_rank=rank, tp_size=a.tp, allgather=allgather)
+    page_bytes = a.page_tokens * a.item_bytes
+    pool = GpuPool(a.gpu_pages, page_bytes)
+    commit_times = {}
+    pending_nodes = []
+    totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "recomputed", "backup_bytes", "restore_bytes",
+                             "verify_failures", "backups", "restores")}
+    per_round = []
+    suffix = f"_{a.model}_{rank}_{a.tp}"
+
+    def key(h):
+        return f"{a.key_prefix}:{h}{suffix}"
+
+    def backup(hashes):
+        """One radix node: its pages as one atomic group."""
+        node = NodeStorage([key(h) for h in hashes])
+        slots_ = [pool.index[h][0] for h in hashes]
+
+        def write(plan):
+            ptrs = fluxon.plan_pointers(plan)
+            for p, s in zip(ptrs, slots_):
+                ctypes.memmove(p, pool.slot_ptr(s), page_bytes)
+        if backend.backup_node(node, page_bytes, write):
+            if node.storage_pending:
+                commit_times[id(node)] = time.perf_counter()
+                pending_nodes.append(node)
+            for h in hashes:
+                pool.index[h] = (pool.index[h][0], True)
+            cur["backup_bytes"] += len(hashes) * page_bytes
+            cur["backups"] += 1
+
+    def settle():
+        for node in list(pending_nodes):
+            if node.future is not None and not node.future.done():
+                continue
+            t0 = commit_times.pop(id(node), None)
+            backend.poll()
+            if t0 is not None:
+                lat["commit_to_future"].append((time.perf_counter() - t0) * 1e6)
+            pending_nodes.remove(node)
+
+    def allocate(n, locked):
+        """n free slots, evicting LRU pages not used by the running request (write_back: each
+        evicted radix page that is not backed up yet is written back first)."""
+        need = n - len(pool.free)
+        if need > 0:
+            victims = [h for h in pool.index if h not in locked][:need]
+            if len(victims) < need:
+                raise SystemExit(f"rank {rank}: a request needs more pages than --gpu-pages={a.gpu_pages} holds")
+            if a.write_policy == "write_back":
+                for h in victims:
+                    if not pool.index[h][1]:
+                        backup([h])
+            for h in victims:
+                pool.free.append(pool.index.pop(h)[0])
+        return [pool.free.pop() for _ in range(n)]
+
+    t_start = time.perf_counter()
+    stream = Requests(a)
+    cur = {k: 0 for k in totals}
+    for turn, batch in stream.rounds():
+        r_tot = cur = {k: 0 for k in totals}
+        t_round = time.perf_counter()
+        for i, (sid, tokens, out) in enumerate(batch):
+            full = len(tokens) // a.page_tokens
+            hashes, prev = [], ""
+            for p in range(full):
+                prev = page_hash(prev, tokens[p * a.page_tokens:(p + 1) * a.page_tokens])
+                hashes.append(prev)
+            l1 = min(allgather(pool.lookup_prefix(hashes)))
+            rest = hashes[l1:]
+            restored = 0
+            if rest:
+                if a.prefetch_policy != "best_effort":
+                    deadline = time.perf_counter() + (a.prefetch_timeout if a.prefetch_policy == "timeout" else 3600)
+                    while pending_nodes and time.perf_counter() < deadline:
+                        settle()
+                        if pending_nodes:
+                            time.sleep(0.0005)
+                res = backend.start_restore([key(h) for h in rest])
+                if res.plan_ptr is not None:
+                    n = res.restored_pages
+                    slots_ = allocate(n, set(hashes))
+
+                    def restore(plan, slots_=slots_, n=n):
+                        for p, s in zip(fluxon.plan_pointers(plan), slots_):
+                            ctypes.memmove(pool.slot_ptr(s), p, page_bytes)
+                    backend.finish_restore(res, restore)
+                    for h, s in zip(rest[:n], slots_):
+                        pool.index[h] = (s, True)
+                        if ctypes.string_at(pool.slot_ptr(s), page_bytes) != expected_page(h, rank, page_bytes):
+                            r_tot["verify_failures"] += 1
+                    restored = n
+                    r_tot["restore_bytes"] += n * page_bytes
+                    r_tot["restores"] += 1
+            # recompute the rest (a deterministic function of the page hash)
+            compute = rest[restored:]
+            if compute:
+                slots_ = allocate(len(compute), set(hashes))
+                for h, s in zip(compute, slots_):
+                    ctypes.memmove(pool.slot_ptr(s), expected_page(h, rank, page_bytes), page_bytes)
+                    pool.index[h] = (s, False)
+                if a.write_policy == "write_through":
+                    backup(compute)
+            settle()
+            r_tot["requests"] += 1
+            r_tot["tokens"] += len(tokens)
+            r_tot["l1"] += l1 * a.page_tokens
+            r_tot["l2"] += restored * a.page_tokens
+            r_tot["recomputed"] += len(tokens) - (l1 + restored) * a.page_tokens
+            if rank == 0 and not a.json and (i % 16 == 0 or i == len(batch) - 1):
+                done = sum(x["requests"] for x in per_round) + r_tot["requests"]
+                print(f"\r  round {turn + 1}/{a.turns}  requests {done}/{a.sessions * a.turns}", end="", flush=True)
+        r_tot["seconds"] = time.perf_counter() - t_round
+        for k in totals:
+            totals[k] += r_tot[k]
+        per_round.append(r_tot)
+    while pending_nodes:  # the last round's write-backs settle
+        settle()
+        time.sleep(0.001)
+    totals["seconds"] = time.perf_counter() - t_start
+    # Every rank flushes its acknowledgements (stats() does) before anyone reads the owner's state.
+    client.stats()
+    allgather(0)
+    stats = client.stats()
+    client.close()
+    out_q.put({"rank": rank, "totals": totals, "rounds": per_round,
+               "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v)} for k, v in lat.items()},
+               "counters": backend.counters, "owner_stats": stats})
+
+
+def find_fluxon_bin():
+    env = os.environ.get("FLUXON_BIN")
+    if env:
+        return env
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent.parent / "tools" / "fluxon", Path(shutil.which("fluxon") or "/nonexistent")):
+        if cand.exists():
+            return str(cand)
+    raise SystemExit("fluxon binary not found: set FLUXON_BIN")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=96)
+    ap.add_argument("--turns", type=int, default=12)
+    ap.add_argument("--tp", type=int, default=2, choices=[1, 2])
+    ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
+    ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
+    ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
+    ap.add_argument("--system-prompts", type=int, default=4)
+    ap.add_argument("--system-tokens", type=int, default=1024)
+    ap.add_argument("--user-tokens", type=int, default=384)
+    ap.add_argument("--output-tokens", type=int, default=128)
+    ap.add_argument("--write-policy", choices=["write_back", "write_through"], default="write_back")
+    ap.add_argument("--prefetch-policy", choices=["best_effort", "wait_complete", "timeout"], default="best_effort")
+    ap.add_argument("--prefetch-timeout", type=float, default=0.05)
+    ap.add_argument("--config", help="a Fluxon client config (external owner); default: a private cluster")
+    ap.add_argument("--model", default="agent-model")
+    ap.add_argument("--key-prefix", default=None)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
+    a.pythonpath = str(Path(__file__).resolve().parent.parent)
+
+    cluster = None
+    if a.config:
+        client_conf = a.config
+    elif a.tp == 1:
+        client_conf = {"owners": [{"contribute_to_cluster_pool_size": {"dram": "2GiB"},
+                                   "local_reserve_grant_bytes": "64MiB"}]}
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="fluxon-workload-"))
+        mport, oport = free_port(), free_port()
+        cfg = tmp / "cluster.yaml"
+        cfg.write_text(f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\n"
+                       f"owners:\n  - {{node_id: 1, port: {oport}, contribute_to_cluster_pool_size: {{dram: 2GiB}},"
+                       f" local_reserve_grant_bytes: 64MiB}}\n")
+        fb = find_fluxon_bin()
+        subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)
+        cluster = (fb, cfg)
+        client_conf = {"client": {"owner_address": f"127.0.0.1:{oport}"}}
+    try:
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(a.tp)
+        slots = ctx.Array("q", a.tp)
+        q = ctx.Queue()
+        procs = [ctx.Process(target=rank_main, args=(r, a, client_conf, barrier, slots, q)) for r in range(a.tp)]
+        for p in procs:
+            p.start()
+        results = sorted((q.get() for _ in procs), key=lambda x: x["rank"])
+        for p in procs:
+            p.join()
+    finally:
+        if cluster:
+            subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
+    r0 = results[0]
+    t = r0["totals"]
+    report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results}
+    if a.json:
+        print(json.dumps(report, indent=1))
+        return 0 if all(r["totals"]["verify_failures"] == 0 for r in results) else 1
+    print()
+    print(f"{'round':>5} {'reqs':>5} {'tokens':>9} {'L1%':>6} {'L2%':>6} {'L3%':>6} {'total%':>7} "
+          f"{'recomp':>8} {'backup MB':>10} {'restore MB':>11} {'req/s':>7}")
+    for i, r in enumerate(r0["rounds"]):
+        tok = max(1, r["tokens"])
+        print(f"{i + 1:>5} {r['requests']:>5} {r['tokens']:>9} {100 * r['l1'] / tok:6.1f} {100 * r['l2'] / tok:6.1f} "
+              f"{100 * r['l3'] / tok:6.1f} {100 * (r['l1'] + r['l2'] + r['l3']) / tok:7.1f} {r['recomputed']:>8} "
+              f"{r['backup_bytes'] / 1e6:10.1f} {r['restore_bytes'] / 1e6:11.1f} {r['requests'] / r['seconds']:7.1f}")
+    tok = max(1, t["tokens"])
+    print(f"total: {t['requests']} requests, {t['tokens']} tokens in {t['seconds']:.2f} s = "
+          f"{t['requests'] / t['seconds']:.1f} req/s (rank 0); hits L1 {100 * t['l1'] / tok:.1f}% "
+          f"L2 {100 * t['l2'] / tok:.1f}% L3 {100 * t['l3'] / tok:.1f}% total "
+          f"{100 * (t['l1'] + t['l2'] + t['l3']) / tok:.1f}%; recomputed {t['recomputed']} tokens; "
+          f"backup {t['backup_bytes'] / 1e6:.1f} MB, restore {t['restore_bytes'] / 1e6:.1f} MB")
+    for k, v in r0["latency_us"].items():
+        note = "  (observed at the next scheduler poll)" if k == "commit_to_future" else ""
+        print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls){note}")
+    bad = sum(r["totals"]["verify_failures"] for r in results)
+    mism = [r["counters"]["tp_mismatch_retry"] for r in results]
+    print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
+          f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
