@@ -107,7 +107,7 @@ def expected_page(h: str, rank: int, size: int) -> bytes:
 def rank_main(rank, a, client_conf, barrier, slots, out_q):
     sys.path.insert(0, a.pythonpath) if a.pythonpath else None
     import fluxon
-    from fluxon import kv
+    from fluxon import _fluxon
     from fluxon.sglang.hostless import HostlessBackend, NodeStorage
 
     def allgather(v):
@@ -156,10 +156,8 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
         node = NodeStorage([key(h) for h in hashes])
         slots_ = [pool.index[h][0] for h in hashes]
 
-        def write(plan):
-            ptrs = fluxon.plan_pointers(plan)
-            for p, s in zip(ptrs, slots_):
-                ctypes.memmove(p, pool.slot_ptr(s), page_bytes)
+        def write(plan):  # the backup "kernel": one native call for the node
+            _fluxon.plan_copy(plan, [pool.slot_ptr(s) for s in slots_], [page_bytes], len(slots_), True)
         if backend.backup_node(node, page_bytes, write):
             if node.storage_pending:
                 commit_times[id(node)] = time.perf_counter()
@@ -222,9 +220,8 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
                     n = res.restored_pages
                     slots_ = allocate(n, set(hashes))
 
-                    def restore(plan, slots_=slots_, n=n):
-                        for p, s in zip(fluxon.plan_pointers(plan), slots_):
-                            ctypes.memmove(pool.slot_ptr(s), p, page_bytes)
+                    def restore(plan, slots_=slots_, n=n):  # the restore "kernel": one native call
+                        _fluxon.plan_copy(plan, [pool.slot_ptr(s) for s in slots_], [page_bytes], n, False)
                     backend.finish_restore(res, restore)
                     for h, s in zip(rest[:n], slots_):
                         pool.index[h] = (s, True)
