@@ -30,6 +30,8 @@ Status validate(const PageCopy& c) {
     return invalid_argument("k_ptrs/v_ptrs: missing per-layer base pointers");
   if (!c.page_indices) return invalid_argument("page_indices: null");
   if (c.layer >= int(c.layout.layer_num)) return invalid_argument("layer: out of range");
+  // The plan's count first: page_count must agree with it before page_indices is read.
+  if (auto p = plan_value_ptrs(c.plan_ptr, c.page_count); !p.ok()) return p.status();
   for (size_t i = 0; i < c.page_count; ++i)
     if (c.page_indices[i] < 0) return invalid_argument("page_indices[" + std::to_string(i) + "]: negative");
   return Status::ok();
