@@ -119,6 +119,8 @@ void export_metrics(OwnerState& st) {
   m.counter("fluxon_owner_handle_ttl_expired_total", "Get handles released by TTL", c.handle_ttl_expired_total);
   m.counter("fluxon_owner_publish_retry_total", "PutDone re-sent with the same identity (T1)", c.publish_retry_total);
   m.counter("fluxon_owner_publish_refused_total", "Route items the master refused", c.publish_exists_total);
+  m.counter("fluxon_owner_master_failures_total", "Master requests lost in transport (re-sent later)",
+            c.master_failures_total);
   m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);
   m.counter("fluxon_owner_errors_total", "Requests answered with an error", c.errors_total);
   m.counter("fluxon_owner_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
@@ -136,18 +138,12 @@ void send_to_master(Self* self, uint64_t token, const Envelope& env) {
       .then(
           [=](Blob& rep) {
             auto env = decode(rep.bytes);
+            if (!env.ok()) return self->state.core->on_master_failure(token);
             Outbox out;
-            if (env.ok())
-              self->state.core->on_master_reply(token, **env, now_ms(), out);
-            else
-              self->state.core->on_master_failure(token, now_ms(), out);
+            self->state.core->on_master_reply(token, **env, now_ms(), out);
             flush(self, out);
           },
-          [=](caf::error&) {
-            Outbox out;
-            self->state.core->on_master_failure(token, now_ms(), out);
-            flush(self, out);
-          });
+          [=](caf::error&) { self->state.core->on_master_failure(token); });
 }
 
 void flush(Self* self, Outbox& out) {

@@ -47,13 +47,12 @@ int OwnerCore::local_state(const std::string& key) const {
 
 void OwnerCore::on_client_request(uint64_t token, Envelope& req, Millis now, Outbox& out) {
   dispatch_client(token, req, now, out);
-  if (pool_.take_freed()) serve_waiters(now, out);
+  if (pool_.take_freed()) serve_waiters(out);
 }
 
 void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out) {
   const uint64_t session = req.session_id;
-  if (auto* h = req.body.AsHello()) {
-    (void)h;
+  if (req.body.AsHello()) {
     const uint64_t sid = next_session_++;
     sessions_[sid];
     wire::HelloReplyT r;
@@ -95,7 +94,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
       waiters_.push_back(Waiter{token, session, std::make_unique<Envelope>(std::move(req)), now});
       return;
     }
-    if (!try_put_start(token, session, *p, false, out)) {
+    if (!try_put_start(token, session, *p, out)) {
       counters_.reserve_waits_total++;
       waiters_.push_back(Waiter{token, session, std::make_unique<Envelope>(std::move(req)), now});
     }
@@ -108,9 +107,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
               Status(Code::kMalformedMessage, std::string("unexpected request ") + body_name(req)), out);
 }
 
-bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, bool queued,
-                              Outbox& out) {
-  (void)queued;
+bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, Outbox& out) {
   const size_t n = req.keys.size();
   std::optional<std::vector<uint32_t>> groups;
   if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
@@ -177,11 +174,10 @@ bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartRe
   return true;
 }
 
-void OwnerCore::serve_waiters(Millis now, Outbox& out) {
-  (void)now;
+void OwnerCore::serve_waiters(Outbox& out) {
   while (!waiters_.empty()) {
     Waiter& w = waiters_.front();
-    if (!try_put_start(w.token, w.session, *w.req->body.AsPutStartReq(), true, out)) return;
+    if (!try_put_start(w.token, w.session, *w.req->body.AsPutStartReq(), out)) return;
     waiters_.pop_front();
   }
 }
@@ -391,7 +387,7 @@ void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
   } else {
     counters_.malformed_total++;
   }
-  if (pool_.take_freed()) serve_waiters(now, out);
+  if (pool_.take_freed()) serve_waiters(out);
 }
 
 void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now, Outbox& out) {
@@ -462,14 +458,13 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     }
     removes_.erase(j);
   }
-  if (pool_.take_freed()) serve_waiters(now, out);
+  if (pool_.take_freed()) serve_waiters(out);
 }
 
-void OwnerCore::on_master_failure(uint64_t token, Millis now, Outbox& out) {
-  (void)now;
-  (void)out;
-  // Leave the job as it is; tick() re-sends when next_send passes. Nothing is freed on a guess.
-  (void)token;
+void OwnerCore::on_master_failure(uint64_t token) {
+  // The job stays as it is and tick() re-sends it with the same identity when its retry time
+  // comes: nothing is freed on a guess (T1). Only the failure is counted.
+  if (master_tokens_.count(token)) counters_.master_failures_total++;
 }
 
 void OwnerCore::tick(Millis now, Outbox& out) {
@@ -493,7 +488,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
     for (uint64_t id : h.holdings) release_holding(id, h.session);
   }
   // Reserve waits: note the soft wait, fail at the hard timeout naming the stage.
-  serve_waiters(now, out);
+  serve_waiters(out);
   size_t pos = 0;  // position in the queue before this tick's expiries
   for (size_t i = 0; i < waiters_.size(); ++pos) {
     Waiter& w = waiters_[i];
@@ -539,7 +534,7 @@ void OwnerCore::close_session(uint64_t session, Outbox& out) {
     holdings_.erase(h);
   }
   std::erase_if(waiters_, [session](const Waiter& w) { return w.session == session; });
-  if (pool_.take_freed()) serve_waiters(0, out);
+  if (pool_.take_freed()) serve_waiters(out);
 }
 
 wire::StatsReplyT OwnerCore::stats() const {

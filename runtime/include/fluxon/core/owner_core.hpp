@@ -40,7 +40,7 @@ struct OwnerCounters {
   uint64_t reserve_waits_total = 0, reserve_soft_wait_total = 0, reserve_timeout_total = 0;
   uint64_t get_start_total = 0, get_keys_total = 0, get_hit_keys_total = 0;
   uint64_t get_tail_released_total = 0, handle_ttl_expired_total = 0, handle_cancel_total = 0;
-  uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0;
+  uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
   uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
 };
 
@@ -59,7 +59,7 @@ class OwnerCore {
   void on_master_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
   // The request `token` failed in transport (timeout, disconnect): nothing is freed on a guess (T1);
   // the job is retried from tick() with the same identity.
-  void on_master_failure(uint64_t token, Millis now, Outbox& out);
+  void on_master_failure(uint64_t token);
   void tick(Millis now, Outbox& out);
   void close_session(uint64_t session, Outbox& out);
 
@@ -125,7 +125,7 @@ class OwnerCore {
   void reply(OwnerOut::Kind k, uint64_t session, uint64_t token, Envelope env, Outbox& out);
   void reply_error(uint64_t session, uint64_t token, const Status& s, Outbox& out);
   // Returns true when the request was answered (success or error), false when it must wait.
-  bool try_put_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, bool queued, Outbox& out);
+  bool try_put_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, Outbox& out);
   void put_commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
   void put_abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out);
   void get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out);
@@ -136,7 +136,7 @@ class OwnerCore {
   void supersede(const std::string& key, Entry old, Millis now, Outbox& out);
   void queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
                     std::vector<SlotRef> slots, Millis now, Outbox& out);
-  void serve_waiters(Millis now, Outbox& out);
+  void serve_waiters(Outbox& out);
 
   OwnerConfig cfg_;
   uint64_t generation_;
