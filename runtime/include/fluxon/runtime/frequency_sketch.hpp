@@ -20,10 +20,6 @@ class FrequencySketch {
   uint32_t frequency(uint64_t hash) const;
   // Counts one access; ages the sketch when the sample is full. Thread-safe.
   void increment(uint64_t hash);
-  // Starts loading the key's block (call early; the block is needed by increment/frequency).
-  void prefetch(uint64_t hash) const {
-    __builtin_prefetch(&table_[block_of(hash) * 8]);
-  }
   uint64_t sample_size() const { return sample_size_; }
   uint64_t resets() const { return resets_.load(std::memory_order_relaxed); }
 

@@ -146,6 +146,7 @@ class WeightedCache {
     Events ev;
     {
       std::unique_lock<ShardLock> g(s.m);
+      s.drain_reads();
       if (Node* found = s.index.find(h, key)) {
         Node& n = *found;
         ev.push_back(Event{key, std::move(n.value), n.weight, RemovalCause::kReplaced});
@@ -173,7 +174,6 @@ class WeightedCache {
   std::optional<V> get(const K& key) {
     const uint64_t h = hash_of(key);
     Shard& s = shard(h);
-    s.sketch.prefetch(h);  // start its miss before the lock's fence
     std::shared_lock<ShardLock> g(s.m);
     Node* n = s.index.find(h, key);
     if (!n) {
@@ -188,7 +188,6 @@ class WeightedCache {
   bool touch(const K& key) {
     const uint64_t h = hash_of(key);
     Shard& s = shard(h);
-    s.sketch.prefetch(h);
     std::shared_lock<ShardLock> g(s.m);
     Node* n = s.index.find(h, key);
     if (!n) {
@@ -239,6 +238,7 @@ class WeightedCache {
         uint64_t got = 0;
         {
           std::unique_lock<ShardLock> g(s.m);
+          s.drain_reads();
           got = s.evict_coldest(std::min(share, bytes - selected), pred, ev);
         }
         publish(ev);
@@ -392,11 +392,30 @@ class WeightedCache {
     double step = 0;  // bytes, signed; 0 = not started
     bool filled = false;
 
+    // Reads are recorded in a lossy ring of hashes that writers drain into the sketch under the
+    // exclusive lock (Caffeine's read buffer): a read pays no sketch miss. When more than
+    // kReadBuffer reads arrive between two writes of a shard, the excess is not counted (a
+    // sample of a read-heavy phase; admission happens on writes, which drain first).
+    static constexpr uint64_t kReadBuffer = 64;
+    std::atomic<uint64_t> read_ring[kReadBuffer] = {};
+    std::atomic<uint64_t> read_tail{0}, read_head{0};
+
     void record_read(Node& n, uint64_t h) {
-      // Approximate sample counters: plain relaxed load and store, no locked instruction.
+      // Approximate counters: plain relaxed loads and stores, no locked instruction.
       sample_hits.store(sample_hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       if (!n.referenced.load(std::memory_order_relaxed)) n.referenced.store(true, std::memory_order_relaxed);
-      sketch.increment(h);
+      const uint64_t tail = read_tail.load(std::memory_order_relaxed);
+      if (tail - read_head.load(std::memory_order_relaxed) >= kReadBuffer) return;  // full: lossy
+      read_ring[tail % kReadBuffer].store(h, std::memory_order_relaxed);
+      read_tail.store(tail + 1, std::memory_order_relaxed);
+    }
+    // Under the exclusive lock.
+    void drain_reads() {
+      const uint64_t tail = read_tail.load(std::memory_order_relaxed);
+      uint64_t head = read_head.load(std::memory_order_relaxed);
+      if (tail - head > kReadBuffer) head = tail - kReadBuffer;
+      for (; head != tail; ++head) sketch.increment(read_ring[head % kReadBuffer].load(std::memory_order_relaxed));
+      read_head.store(tail, std::memory_order_relaxed);
     }
     // Every sample_period reads: move the window size one step in the direction that raised the
     // hit rate; restart big steps when the rate jumps, decay them otherwise.
