@@ -161,6 +161,8 @@ Status GpuCopier::copy(Direction dir, const PageCopy& c, void* stream_ptr, CopyP
 #if CUDART_VERSION >= 12080
     cudaMemcpyAttributes attr{};
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    // Measured on the H200: with this flag 16 KiB chunks go at 30 GB/s instead of 17 (64 KiB: same).
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
     size_t attr_idx = 0;
     cudaError_t e = cudaMemcpyBatchAsync(im.dsts.data(), im.srcs.data(), im.sizes.data(), im.sizes.size(), &attr,
                                          &attr_idx, 1, stream);
