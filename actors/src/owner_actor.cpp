@@ -121,6 +121,8 @@ void export_metrics(OwnerState& st) {
   m.counter("fluxon_owner_publish_refused_total", "Route items the master refused", c.publish_exists_total);
   m.counter("fluxon_owner_master_failures_total", "Master requests lost in transport (re-sent later)",
             c.master_failures_total);
+  m.counter("fluxon_owner_resync_routes_total", "Live routes re-published after the master came back",
+            c.resync_routes_total);
   m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);
   m.counter("fluxon_owner_errors_total", "Requests answered with an error", c.errors_total);
   m.counter("fluxon_owner_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
@@ -274,7 +276,9 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig 
         st.reconnecting = false;
         st.master = m;
         self->monitor(m);
-        send_to_master(self, 0, st.core->register_request());
+        Outbox out;
+        st.core->on_master_reconnected(now_ms(), out);
+        flush(self, out);
       },
       [=](tick_atom) {
         auto& st = self->state;

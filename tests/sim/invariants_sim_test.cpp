@@ -150,3 +150,46 @@ TEST_CASE("S2 through the owner: remove the route while a get holds the slot, an
   CHECK(c.owner(0).stats().slots_free == free0 + 2);
   CHECK(c.master().route_count() == 0);
 }
+
+TEST_CASE("T1: a restarted master gets every live route back from its owners") {
+  sim::Cluster c(seed_from_env(61), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+  for (int b = 0; b < 4; ++b) put_commit(c, 0, s0, keys_of("rs0-" + std::to_string(b) + "-", 8));
+  put_commit(c, 1, s1, keys_of("rs1-", 5));
+  REQUIRE(c.run_until([&] { return c.master().route_count() == 37; }, 5000));
+  c.to_master = {0.3, 0.3, 1, 40};  // the way back is lossy too
+  c.restart_master();
+  CHECK(c.master().route_count() == 0);
+  REQUIRE(c.run_until([&] { return c.master().route_count() == 37 && c.owner(0).stats().publish_jobs == 0 &&
+                                   c.owner(1).stats().publish_jobs == 0; },
+                      30000));
+  CHECK(c.master().route_put_id("rs0-2-3") == 3);
+  CHECK(c.owner(0).stats().slots_committed == 32);
+  CHECK(c.owner(0).stats().routes == 32);
+  // One note per batch and none for the re-publication (both owners number their sessions from 1).
+  CHECK(s0 == s1);
+  CHECK(c.take_put_live(s0).size() == 5);
+}
+
+TEST_CASE("S2 across a master restart: a key removed while its re-publication is in flight stays removed") {
+  sim::Cluster c(seed_from_env(62), small_owner());
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, {"gone", "kept"});
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 2; }, 2000));
+  const uint64_t free0 = c.owner(0).stats().slots_free;
+  c.to_master = {0, 0.5, 50, 200};  // slow and duplicated: the re-publication races the removal
+  c.restart_master();
+  Outbox out;
+  c.owner(0).remove_key("gone", c.now(), out);
+  CHECK(out.empty());  // waits for the re-publication's outcome
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().publish_jobs == 0; }, 30000));
+  c.to_master = {};
+  c.run_for(500);  // late duplicates land
+  CHECK(c.master().route_count() == 1);
+  CHECK(c.master().route_put_id("gone") == 0);
+  CHECK(c.master().route_put_id("kept") == 1);
+  CHECK(c.owner(0).stats().slots_free == free0 + 1);
+  CHECK(c.owner(0).local_state("gone") == 0);
+}

@@ -1,3 +1,4 @@
+#include "fluxon/core/master_core.hpp"
 #include "helpers.hpp"
 
 using namespace fluxon;
@@ -207,4 +208,29 @@ TEST_CASE("T2: without reject_if_exist a newer version replaces the route; the o
   CHECK(c.master().route_count() == 1);
   CHECK(c.owner(0).stats().slots_committed == 1);
   CHECK(c.owner(0).stats().slots_free == free0);  // one slot in, one slot out
+}
+
+TEST_CASE("master: a late duplicate PutDone of a removed version never resurrects its route") {
+  MasterCore m;
+  wire::PutDoneT pd;
+  pd.node_id = 1;
+  pd.generation = 5;
+  pd.put_id = 7;
+  auto item = std::make_unique<wire::RouteItemT>();
+  item->key = "k";
+  pd.items.push_back(std::move(item));
+  auto put = make_envelope(pd);
+  CHECK(m.handle(put).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+  wire::RemoveRoutesT rr;
+  auto r = std::make_unique<wire::RemoveRouteT>();
+  r->key = "k";
+  r->node_id = 1;
+  r->generation = 5;
+  r->put_id = 7;
+  rr.items.push_back(std::move(r));
+  CHECK(m.handle(make_envelope(std::move(rr))).body.AsRemoveRoutesReply()->removed[0]);
+  CHECK(m.handle(put).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);
+  CHECK(m.route_count() == 0);
+  pd.put_id = 8;  // a newer version is welcome
+  CHECK(m.handle(make_envelope(pd)).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
 }

@@ -78,6 +78,14 @@ Envelope MasterCore::handle(const Envelope& req) {
         counters_.put_done_exists_total++;
         continue;
       }
+      auto tomb = tombstones_.find(item->key);
+      if (tomb != tombstones_.end() && tomb->second.node_id == pd->node_id &&
+          tomb->second.generation == pd->generation && pd->put_id <= tomb->second.put_id) {
+        rep.results.push_back(wire::PutItemResult::Exists);  // a removed version stays removed
+        counters_.put_done_exists_total++;
+        continue;
+      }
+      if (tomb != tombstones_.end()) tombstones_.erase(tomb);
       routes_.emplace(item->key, Route{pd->node_id, pd->generation, pd->put_id, item->offset, item->len});
       node_keys_[pd->node_id].insert(item->key);
       rep.results.push_back(wire::PutItemResult::Live);
@@ -114,6 +122,7 @@ Envelope MasterCore::handle(const Envelope& req) {
       const bool match = it != routes_.end() && it->second.node_id == item->node_id &&
                          it->second.generation == item->generation && it->second.put_id == item->put_id;
       if (match) {
+        tombstones_[item->key] = it->second;
         routes_.erase(it);
         node_keys_[item->node_id].erase(item->key);
         counters_.routes_removed_total++;

@@ -240,6 +240,14 @@ void OwnerCore::send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbo
 }
 
 void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox& out) {
+  auto resync = publish_.find(old.put_id);
+  if (old.live && resync != publish_.end() && resync->second.resync) {
+    // A re-publication of this route is in flight: remove it once its outcome is known, or a
+    // late re-publication could bring back a route to a freed slot.
+    for (size_t i = 0; i < resync->second.keys.size(); ++i)
+      if (resync->second.keys[i] == key) resync->second.superseded[i] = true;
+    return;
+  }
   if (old.live) {
     // Route first: the slot stays route_live until the master confirms the removal.
     queue_remove({key}, {old.put_id}, {old.slot}, now, out);
@@ -403,6 +411,11 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     PublishJob job = std::move(j->second);
     publish_.erase(j);
     for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
+    if (job.resync) {
+      settle_resync(id, job, *pr, now, out);
+      if (pool_.take_freed()) serve_waiters(out);
+      return;
+    }
     Status result = Status::ok();
     std::vector<std::string> rm_keys;
     std::vector<uint64_t> rm_ids;
@@ -459,6 +472,60 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     removes_.erase(j);
   }
   if (pool_.take_freed()) serve_waiters(out);
+}
+
+void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, 0, register_request()});
+  std::map<uint64_t, PublishJob> by_put;  // the original batches: the same identities again
+  for (const auto& [key, e] : index_) {
+    if (!e.live) continue;
+    PublishJob& j = by_put[e.put_id];
+    j.resync = true;
+    j.keys.push_back(key);
+    j.slots.push_back(e.slot);
+    j.offsets.push_back(pool_.slot_offset(e.slot));
+    j.lens.push_back(e.len);
+  }
+  for (auto& [put_id, job] : by_put) {
+    if (publish_.count(put_id)) continue;
+    job.superseded.assign(job.keys.size(), false);
+    counters_.resync_routes_total += job.keys.size();
+    auto [it, _] = publish_.emplace(put_id, std::move(job));
+    send_publish(put_id, it->second, now, out);
+  }
+  for (auto& [put_id, job] : publish_)
+    if (!job.resync) send_publish(put_id, job, now, out);
+  for (auto& [id, job] : removes_) send_remove(id, job, now, out);
+}
+
+void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Millis now,
+                              Outbox& out) {
+  std::vector<std::string> rm_keys;
+  std::vector<uint64_t> rm_ids;
+  std::vector<SlotRef> rm_slots;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    const bool live = reply.results[i] == wire::PutItemResult::Live;
+    if (job.superseded[i]) {
+      // Replaced or removed here while the re-publication was in flight: route first, then S2.
+      if (live) {
+        rm_keys.push_back(job.keys[i]);
+        rm_ids.push_back(put_id);
+        rm_slots.push_back(job.slots[i]);
+      } else {
+        pool_.route_dropped(job.slots[i]);
+        live_routes_--;
+      }
+      continue;
+    }
+    if (live) continue;  // the master knows the route again
+    // Refused: another owner published the key while the master was away. Cache semantics: drop ours.
+    counters_.publish_exists_total++;
+    auto it = index_.find(job.keys[i]);
+    if (it != index_.end() && it->second.put_id == put_id) index_.erase(it);
+    pool_.route_dropped(job.slots[i]);
+    live_routes_--;
+  }
+  if (!rm_keys.empty()) queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), now, out);
 }
 
 void OwnerCore::on_master_failure(uint64_t token) {

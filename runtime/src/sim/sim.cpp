@@ -50,11 +50,14 @@ void Cluster::flush(int owner, Outbox& out) {
         // Encode once: the simulated wire carries bytes, like the real one.
         auto bytes = std::make_shared<Bytes>(encode(o.env));
         const uint64_t token = o.token;
-        send_over(to_master, [this, owner, token, bytes] {
+        const uint64_t epoch = master_epoch_;
+        send_over(to_master, [this, owner, token, bytes, epoch] {
+          if (epoch != master_epoch_) return;  // sent to a master that has since died
           auto req = decode(*bytes);
           Envelope rep = req.ok() ? master_.handle(**req) : error_envelope(req.status());
           auto rbytes = std::make_shared<Bytes>(encode(rep));
-          send_over(from_master, [this, owner, token, rbytes] {
+          send_over(from_master, [this, owner, token, rbytes, epoch] {
+            if (epoch != master_epoch_) return;  // the connection died with that master
             auto r = decode(*rbytes);
             if (!r.ok() || token == 0) return;
             Outbox out2;
@@ -67,6 +70,16 @@ void Cluster::flush(int owner, Outbox& out) {
     }
   }
   out.clear();
+}
+
+void Cluster::restart_master() {
+  master_ = MasterCore{};
+  master_epoch_++;
+  for (size_t i = 0; i < owners_.size(); ++i) {
+    Outbox out;
+    owners_[i].core->on_master_reconnected(now_, out);
+    flush(int(i), out);
+  }
 }
 
 void Cluster::step_to(Millis t) {

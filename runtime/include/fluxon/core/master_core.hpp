@@ -47,6 +47,9 @@ class MasterCore {
   uint64_t admit_generation(uint32_t node_id, uint64_t generation);
 
   std::unordered_map<std::string, Route> routes_;
+  // The last removed version of a key: a late duplicate of its PutDone (re-sent under T1, or a
+  // re-publication racing the removal) must not bring the route back. Cleared by a newer version.
+  std::unordered_map<std::string, Route> tombstones_;
   std::map<uint32_t, OwnerInfo> owners_;
   std::map<uint32_t, std::unordered_set<std::string>> node_keys_;
   MasterCounters counters_;

@@ -41,6 +41,7 @@ struct OwnerCounters {
   uint64_t get_start_total = 0, get_keys_total = 0, get_hit_keys_total = 0;
   uint64_t get_tail_released_total = 0, handle_ttl_expired_total = 0, handle_cancel_total = 0;
   uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
+  uint64_t resync_routes_total = 0;
   uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
 };
 
@@ -62,6 +63,10 @@ class OwnerCore {
   void on_master_failure(uint64_t token);
   void tick(Millis now, Outbox& out);
   void close_session(uint64_t session, Outbox& out);
+  // The master is reachable again (reconnected; maybe restarted with no state): register, re-publish
+  // every live route with its original identity (T1: a master that kept them answers Live), and
+  // re-send the jobs in flight now.
+  void on_master_reconnected(Millis now, Outbox& out);
 
   wire::StatsReplyT stats() const;
   const OwnerCounters& counters() const { return counters_; }
@@ -103,6 +108,7 @@ class OwnerCore {
     std::vector<uint32_t> group_lens;
     std::vector<uint64_t> tokens;  // every attempt's token; any reply settles the job
     Millis next_send = 0;
+    bool resync = false;           // re-publishes live routes after the master came back
   };
   struct RemoveJob {            // route-first release of superseded or removed entries
     std::vector<std::string> keys;
@@ -137,6 +143,7 @@ class OwnerCore {
   void queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
                     std::vector<SlotRef> slots, Millis now, Outbox& out);
   void serve_waiters(Outbox& out);
+  void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Millis now, Outbox& out);
 
   OwnerConfig cfg_;
   uint64_t generation_;

@@ -41,6 +41,8 @@ class Cluster {
   // PutLive notes delivered to a session so far.
   std::vector<wire::PutLiveT> take_put_live(uint64_t session);
 
+  // The master process dies and a fresh one (no state) takes its place; owners reconnect.
+  void restart_master();
   void run_for(Millis ms);
   bool run_until(const std::function<bool()>& pred, Millis limit);
 
@@ -67,6 +69,7 @@ class Cluster {
   std::mt19937_64 rng_;
   Millis now_ = 0;
   uint64_t seq_ = 0, dropped_ = 0, duplicated_ = 0, next_token_ = 1;
+  uint64_t master_epoch_ = 0;  // a restart resets the connections: what was in flight is lost
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   MasterCore master_;
   std::vector<OwnerNode> owners_;
