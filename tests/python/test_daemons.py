@@ -260,3 +260,30 @@ def test_handle_ttl_in_a_real_owner(tmp_path):
         c.close()
     finally:
         cl.stop()
+
+
+def test_master_restart_owner_resyncs_and_puts_complete(tmp_path):
+    """Kill the master: local puts and gets go on (V1), their futures wait; a new master gets every
+    live route back from the owner, and the futures complete (T1)."""
+    cl = Cluster(tmp_path, f"mr{free_port()}", metrics=True).start()
+    try:
+        c = fluxon.KvClient(cl.client_config())
+        c.local_fast_put_commit(c.local_fast_put_start([f"before{i}" for i in range(5)], 4096)).result(10)
+        cl.master.kill()
+        cl.master.wait()
+        fut = c.local_fast_put_commit(c.local_fast_put_start([f"during{i}" for i in range(3)], 4096))
+        h, r = c.get_start([f"during{i}" for i in range(3)])
+        assert r.all_hit  # V1: local reads never wait for the master
+        c.cancel_get_transfer(h)
+        assert not fut.wait(0.5)  # the routes cannot be live without a master
+        cl.start_master()
+        fut.result(20)
+        for _ in range(100):
+            if "fluxon_master_routes 8" in scrape(cl.metrics_port):
+                break
+            time.sleep(0.1)
+        assert "fluxon_master_routes 8" in scrape(cl.metrics_port)
+        assert "fluxon_owner_resync_routes_total 5" in scrape(cl.owner_metrics[0])
+        c.close()
+    finally:
+        cl.stop()

@@ -157,7 +157,10 @@ TEST_CASE("T1: a restarted master gets every live route back from its owners") {
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
   for (int b = 0; b < 4; ++b) put_commit(c, 0, s0, keys_of("rs0-" + std::to_string(b) + "-", 8));
   put_commit(c, 1, s1, keys_of("rs1-", 5));
-  REQUIRE(c.run_until([&] { return c.master().route_count() == 37; }, 5000));
+  // Every route live on both sides before the master goes.
+  REQUIRE(c.run_until([&] { return c.master().route_count() == 37 && c.owner(0).stats().publish_jobs == 0 &&
+                                   c.owner(1).stats().publish_jobs == 0; },
+                      5000));
   c.to_master = {0.3, 0.3, 1, 40};  // the way back is lossy too
   c.restart_master();
   CHECK(c.master().route_count() == 0);
