@@ -28,6 +28,7 @@ typename Inspector::result_type inspect(Inspector& f, Note& x) {
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using master_up_atom = caf::atom_constant<caf::atom("masterup")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

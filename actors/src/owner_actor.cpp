@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "caf_types.hpp"
@@ -64,6 +65,8 @@ class Populator {
 };
 
 struct OwnerState {
+  OwnerConfig::FaultInjection faults;
+  std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
   std::unique_ptr<Populator> populator;
   std::unique_ptr<OwnerCore> core;
@@ -132,11 +135,29 @@ void export_metrics(OwnerState& st) {
 
 void flush(Self* self, Outbox& out);
 
+void request_master(Self* self, uint64_t token, Blob blob);
+
 void send_to_master(Self* self, uint64_t token, const Envelope& env) {
   auto& st = self->state;
   if (!st.master) return;  // disconnected: the job re-sends from tick() once the master is back
+  if (st.faults.enabled()) {
+    std::uniform_real_distribution<double> u(0, 1);
+    if (u(st.fault_rng) < st.faults.drop) return;  // lost: the core re-sends with the same identity
+    const int copies = u(st.fault_rng) < st.faults.duplicate ? 2 : 1;
+    for (int i = 0; i < copies; ++i) {
+      const auto delay = std::chrono::milliseconds(st.faults.max_delay_ms ? st.fault_rng() % (st.faults.max_delay_ms + 1) : 0);
+      self->delayed_send(self, delay, delayed_atom::value, token, Blob{encode(env)});
+    }
+    return;
+  }
+  request_master(self, token, Blob{encode(env)});
+}
+
+void request_master(Self* self, uint64_t token, Blob blob) {
+  auto& st = self->state;
+  if (!st.master) return;
   st.master_timeout_ms = std::max<uint32_t>(st.master_timeout_ms, 1);
-  self->request(st.master, std::chrono::milliseconds(st.master_timeout_ms), Blob{encode(env)})
+  self->request(st.master, std::chrono::milliseconds(st.master_timeout_ms), std::move(blob))
       .then(
           [=](Blob& rep) {
             auto env = decode(rep.bytes);
@@ -205,6 +226,11 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig 
   st.master = master;
   st.reconnect = std::move(reconnect);
   st.master_timeout_ms = ocfg.master_rpc_timeout_ms;
+  st.faults = ocfg.fault_injection;
+  st.fault_rng.seed(st.faults.seed);
+  if (st.faults.enabled())
+    std::fprintf(stderr, "fluxon owner: fault injection on master requests: seed=%llu drop=%.2f duplicate=%.2f delay<=%u ms\n",
+                 (unsigned long long)st.faults.seed, st.faults.drop, st.faults.duplicate, st.faults.max_delay_ms);
   if (metrics && ocfg.metrics_port != 0) {
     try {
       st.metrics = std::make_unique<Metrics>(ocfg.listen_host, ocfg.metrics_port);
@@ -271,6 +297,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig 
         self->state.core->on_client_note(**env, now_ms(), out);
         flush(self, out);
       },
+      [=](delayed_atom, uint64_t token, Blob& blob) { request_master(self, token, std::move(blob)); },
       [=](master_up_atom, caf::actor m) {
         auto& st = self->state;
         st.reconnecting = false;

@@ -74,7 +74,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "contribute_to_cluster_pool_size", "local_reserve_grant_bytes",
                       "owner_local_reserve_expected_capacity", "local_reserve_soft_wait_ms",
                       "local_reserve_hard_timeout_ms", "get_handle_ttl_ms", "publish_retry_ms",
-                      "master_rpc_timeout_ms"}));
+                      "master_rpc_timeout_ms", "fault_injection"}));
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));
   FLX_TRY(get_str(n, "listen_host", where, o.listen_host));
@@ -101,6 +101,22 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "get_handle_ttl_ms", where, o.get_handle_ttl_ms));
   FLX_TRY(get_uint(n, "publish_retry_ms", where, o.publish_retry_ms));
   FLX_TRY(get_uint(n, "master_rpc_timeout_ms", where, o.master_rpc_timeout_ms));
+  if (auto f = n["fault_injection"]) {
+    const std::string w = where + ".fault_injection";
+    FLX_TRY(check_keys(f, w, {"seed", "drop", "duplicate", "max_delay_ms"}));
+    FLX_TRY(get_uint(f, "seed", w, o.fault_injection.seed));
+    FLX_TRY(get_uint(f, "max_delay_ms", w, o.fault_injection.max_delay_ms));
+    for (const char* k : {"drop", "duplicate"}) {
+      if (!f[k]) continue;
+      double v = -1;
+      try {
+        v = f[k].as<double>();
+      } catch (const YAML::Exception&) {
+      }
+      if (!(v >= 0 && v < 1)) return invalid_argument(w + "." + k + ": must be in [0, 1)");
+      (std::string(k) == "drop" ? o.fault_injection.drop : o.fault_injection.duplicate) = v;
+    }
+  }
   return Status::ok();
 }
 

@@ -287,3 +287,38 @@ def test_master_restart_owner_resyncs_and_puts_complete(tmp_path):
         c.close()
     finally:
         cl.stop()
+
+
+def test_t1_with_real_processes_under_dropped_duplicated_delayed_master_requests(tmp_path):
+    """The owner drops, duplicates and delays its PutDone/RemoveRoutes requests (seeded): every
+    batch still ends with one route and one slot per key, and every future completes once."""
+    cl = Cluster(tmp_path, f"fi{free_port()}", metrics=True, owner_extra=(
+        "publish_retry_ms: 50\n"
+        "fault_injection: {seed: 7, drop: 0.4, duplicate: 0.4, max_delay_ms: 30}")).start()
+    try:
+        c = fluxon.KvClient(cl.client_config())
+        futs = []
+        for b in range(20):
+            p = c.local_fast_put_start([f"fi{b}-{i}" for i in range(8)], 4096,
+                                       fluxon.PutOptionalArgs(atomic_group_lens=[4, 4]))
+            futs.append(c.local_fast_put_commit(p))
+        for f in futs:
+            f.result(30)
+        # overwrite some keys: route removals go through the same faults
+        p = c.local_fast_put_start([f"fi0-{i}" for i in range(8)], 4096,
+                                   fluxon.PutOptionalArgs(reject_if_exist_same_key=False))
+        c.local_fast_put_commit(p).result(30)
+        for _ in range(100):
+            s = c.stats()
+            if s["publish_jobs"] == 0:
+                break
+            time.sleep(0.05)
+        assert s["slots_committed"] == 160 and s["routes"] == 160 and s["slots_pending_local_visible"] == 0
+        time.sleep(1.2)
+        assert "fluxon_master_routes 160" in scrape(cl.metrics_port)
+        owner = scrape(cl.owner_metrics[0])
+        assert "fluxon_owner_publish_retry_total 0" not in owner  # the faults did bite
+        c.close()
+    finally:
+        cl.stop()
+    assert "fault injection on master requests: seed=7" in (tmp_path / "owner-1.log").read_text()

@@ -70,6 +70,8 @@ TEST_CASE("validation rejects with the field named") {
   CHECK(err("owners: [{colour: red}]").find("owners[0].colour") != std::string::npos);
   CHECK(err("owners: [{node_id: 1}, {node_id: 1}]").find("duplicate") != std::string::npos);
   CHECK(err("cluster_name: 'a b'").find("cluster_name") != std::string::npos);
+  CHECK(err("owners: [{fault_injection: {drop: 1.5}}]").find("fault_injection.drop") != std::string::npos);
+  CHECK(err("owners: [{fault_injection: {jitter: 1}}]").find("fault_injection.jitter") != std::string::npos);
   CHECK(err("master: [1, 2").find("config") != std::string::npos);
 }
 

@@ -31,6 +31,14 @@ struct OwnerConfig {
   uint32_t get_handle_ttl_ms = 60000;
   uint32_t publish_retry_ms = 500;   // PutDone re-sent with the same identity after this (T1)
   uint32_t master_rpc_timeout_ms = 5000;
+  // Faults injected on this owner's requests to the master (tests of T1 with real processes):
+  // each request is dropped, duplicated or delayed with these odds, from one seed.
+  struct FaultInjection {
+    uint64_t seed = 0;
+    double drop = 0, duplicate = 0;
+    uint32_t max_delay_ms = 0;
+    bool enabled() const { return drop > 0 || duplicate > 0 || max_delay_ms > 0; }
+  } fault_injection;
 };
 
 struct ClientConfig {
