@@ -26,7 +26,7 @@ typename Inspector::result_type inspect(Inspector& f, Note& x) {
 }
 
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
-using master_up_atom = caf::atom_constant<caf::atom("masterup")>;
+using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 
@@ -55,9 +55,10 @@ struct OwnerConfig;
 class Segment;
 namespace actors {
 caf::actor spawn_master(caf::actor_system& sys, const ClusterConfig& cfg, bool metrics);
-// master may be invalid: the owner then reconnects through `reconnect` (daemon mode).
+// master may be invalid: the owner then connects (and reconnects) to master_host:master_port
+// through the middleman (daemon mode; port 0 = never).
 caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const OwnerConfig& ocfg,
-                       caf::actor master, std::function<caf::actor()> reconnect, bool metrics,
+                       caf::actor master, const std::string& master_host, uint16_t master_port, bool metrics,
                        std::string* error);
 }  // namespace actors
 }  // namespace fluxon

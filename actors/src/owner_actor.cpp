@@ -71,7 +71,8 @@ struct OwnerState {
   std::unique_ptr<Populator> populator;
   std::unique_ptr<OwnerCore> core;
   caf::actor master;
-  std::function<caf::actor()> reconnect;
+  std::string master_host;  // daemon mode: where to reconnect when the master goes away
+  uint16_t master_port = 0;
   std::unordered_map<uint64_t, caf::response_promise> pending;   // client token -> promise
   std::unordered_map<uint64_t, uint64_t> pending_session;        // client token -> session
   std::unordered_map<uint64_t, caf::actor> sessions;             // session -> its session actor
@@ -204,27 +205,46 @@ void flush(Self* self, Outbox& out) {
   out.clear();
 }
 
+void master_up(Self* self, caf::actor m) {
+  auto& st = self->state;
+  st.reconnecting = false;
+  st.master = m;
+  self->monitor(m);
+  Outbox out;
+  st.core->on_master_reconnected(now_ms(), out);
+  flush(self, out);
+}
+
+// Asks the middleman to connect (no blocking call, no thread); retries every 200 ms.
+void try_connect(Self* self) {
+  auto& st = self->state;
+  auto mm = self->home_system().middleman().actor_handle();
+  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, st.master_host, st.master_port)
+      .then(
+          [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (ptr) return master_up(self, caf::actor_cast<caf::actor>(ptr));
+            self->delayed_send(self, std::chrono::milliseconds(200), reconnect_atom::value);
+          },
+          [=](caf::error&) { self->delayed_send(self, std::chrono::milliseconds(200), reconnect_atom::value); });
+}
+
 void start_reconnect(Self* self) {
   auto& st = self->state;
-  if (st.reconnecting || !st.reconnect) return;
+  if (st.reconnecting || st.master_port == 0) return;
   st.reconnecting = true;
-  caf::actor me = caf::actor_cast<caf::actor>(self);
-  auto fn = st.reconnect;
-  std::thread([me, fn] {
-    caf::actor m = fn();  // blocks until the master answers or the owner is gone
-    if (m) caf::anon_send(me, master_up_atom::value, m);
-  }).detach();
+  try_connect(self);
 }
 
 caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig ocfg, uint64_t generation,
-                          caf::actor master, std::function<caf::actor()> reconnect, bool metrics) {
+                          caf::actor master, std::string master_host, uint16_t master_port, bool metrics) {
   auto& st = self->state;
   // The actor owns the segment from here on: it is unlinked when the actor stops.
   st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
   st.segment = std::move(seg);
   st.populator = std::make_unique<Populator>(st.segment);
   st.master = master;
-  st.reconnect = std::move(reconnect);
+  st.master_host = std::move(master_host);
+  st.master_port = master_port;
   st.master_timeout_ms = ocfg.master_rpc_timeout_ms;
   st.faults = ocfg.fault_injection;
   st.fault_rng.seed(st.faults.seed);
@@ -298,15 +318,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig 
         flush(self, out);
       },
       [=](delayed_atom, uint64_t token, Blob& blob) { request_master(self, token, std::move(blob)); },
-      [=](master_up_atom, caf::actor m) {
-        auto& st = self->state;
-        st.reconnecting = false;
-        st.master = m;
-        self->monitor(m);
-        Outbox out;
-        st.core->on_master_reconnected(now_ms(), out);
-        flush(self, out);
-      },
+      [=](reconnect_atom) { try_connect(self); },
       [=](tick_atom) {
         auto& st = self->state;
         Outbox out;
@@ -325,7 +337,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig 
 }  // namespace
 
 caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const OwnerConfig& ocfg, caf::actor master,
-                       std::function<caf::actor()> reconnect, bool metrics, std::string* error) {
+                       const std::string& master_host, uint16_t master_port, bool metrics, std::string* error) {
   const uint64_t generation = new_generation();
   auto seg = Segment::create(cfg.cluster_name, ocfg.node_id, generation, ocfg.dram_bytes);
   if (!seg.ok()) {
@@ -333,7 +345,7 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
     return caf::actor{};
   }
   std::shared_ptr<Segment> shared(std::move(seg.value()));
-  return sys.spawn(owner_actor, std::move(shared), ocfg, generation, master, std::move(reconnect), metrics);
+  return sys.spawn(owner_actor, std::move(shared), ocfg, generation, master, master_host, master_port, metrics);
 }
 
 }  // namespace fluxon::actors
@@ -352,18 +364,8 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   caf::actor_system sys{acfg};
   const std::string mhost = cfg.master.listen_host == "0.0.0.0" ? "127.0.0.1" : cfg.master.listen_host;
   const uint16_t mport = cfg.master.port;
-  auto stopping = std::make_shared<std::atomic<bool>>(false);
-  // Blocks until the master answers (retrying every 200 ms), or the daemon stops.
-  auto reconnect = [&sys, mhost, mport, stopping]() -> caf::actor {
-    while (!stopping->load()) {
-      auto m = sys.middleman().remote_actor(mhost, mport);
-      if (m) return *m;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return caf::actor{};
-  };
   std::string err;
-  auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, reconnect, true, &err);
+  auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, mhost, mport, true, &err);
   if (!owner) {
     std::fprintf(stderr, "fluxon owner: %s\n", err.c_str());
     return 1;
@@ -372,7 +374,6 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   if (!port) {
     std::fprintf(stderr, "fluxon owner: cannot listen on %s:%u: %s\n", ocfg->listen_host.c_str(), ocfg->port,
                  sys.render(port.error()).c_str());
-    stopping->store(true);
     caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
     return 1;
   }
@@ -383,7 +384,6 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   const int sig = actors::wait_stop_signal();
   std::printf("fluxon owner: signal %d, stopping\n", sig);
   std::fflush(stdout);
-  stopping->store(true);
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   return 0;
 }

@@ -62,7 +62,7 @@ class CafOwnerLink final : public OwnerLink {
       if (!ocfg.ok()) return ocfg.status();
       embedded_master_ = spawn_master(*sys_, cfg, false);
       std::string err;
-      embedded_owner_ = spawn_owner(*sys_, cfg, *ocfg, embedded_master_, nullptr, false, &err);
+      embedded_owner_ = spawn_owner(*sys_, cfg, *ocfg, embedded_master_, "", 0, false, &err);
       if (!embedded_owner_) return Status(Code::kInternal, "embedded owner: " + err);
       owner_ = embedded_owner_;
       info_.embedded = true;
