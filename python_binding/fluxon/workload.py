@@ -363,6 +363,11 @@ def main(argv=None):
         print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls){note}")
     bad = sum(r["totals"]["verify_failures"] for r in results)
     mism = [r["counters"]["tp_mismatch_retry"] for r in results]
+    st = r0["owner_stats"]
+    ctr = r0["counters"]
+    print(f"  owner slots: {st['slots_committed']} committed, {st['slots_free']} free, {st['grants']} grants; "
+          f"backups {ctr['backup_backed']} backed, {ctr['backup_conflict']} already stored, "
+          f"{ctr['backup_failed'] + ctr['backup_write_failed']} failed; restores failed {ctr['restore_failed']}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
     return 0 if bad == 0 else 1
