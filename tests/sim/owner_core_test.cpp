@@ -234,3 +234,85 @@ TEST_CASE("master: a late duplicate PutDone of a removed version never resurrect
   pd.put_id = 8;  // a newer version is welcome
   CHECK(m.handle(make_envelope(pd)).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
 }
+
+namespace {
+OwnerConfig one_grant_owner() {
+  auto cfg = small_owner();
+  cfg.dram_bytes = 1 << 20;  // one grant: 256 slots of 4 KiB
+  cfg.hard_timeout_ms = 2000;
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("S1/S3: a full pool evicts cold complete cohorts, route first, and the waiting put proceeds") {
+  sim::Cluster c(seed_from_env(201), one_grant_owner());
+  c.run_for(5);
+  const uint64_t s = c.open_session(0);
+  for (int b = 0; b < 16; ++b) put_commit(c, 0, s, keys_of("ev" + std::to_string(b) + "-", 16), {8, 8});
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 256; }, 5000));
+  // Batches 8..15 are read (hot); 0..7 are cold.
+  for (int rep = 0; rep < 3; ++rep)
+    for (int b = 8; b < 16; ++b) {
+      auto g = get_start(c, 0, s, keys_of("ev" + std::to_string(b) + "-", 16), {8, 8});
+      release_all(c, 0, s, *g.body.AsGetStartReply());
+    }
+  auto r = put_start(c, 0, s, keys_of("new-", 16), 4096, {16});
+  REQUIRE_MESSAGE(r.body.AsPutStartReply(), envelope_status(r).to_string());
+  const auto& ctr = c.owner(0).counters();
+  CHECK(ctr.evicted_keys_total >= 16);
+  CHECK(ctr.evicted_keys_total % 8 == 0);  // whole cohorts of 8
+  // Every group is either whole or gone, locally and at the master (A1 for eviction).
+  int groups_gone = 0;
+  for (int b = 0; b < 16; ++b)
+    for (int g = 0; g < 2; ++g) {
+      int present = 0, routed = 0;
+      for (int i = 0; i < 8; ++i) {
+        const std::string k = "ev" + std::to_string(b) + "-" + std::to_string(g * 8 + i);
+        present += c.owner(0).local_state(k) != 0;
+        routed += c.master().route_put_id(k) != 0;
+      }
+      CHECK((present == 0 || present == 8));
+      CHECK(routed == present);
+      if (present == 0) {
+        groups_gone++;
+        CHECK(b < 8);  // only cold batches went
+      }
+    }
+  CHECK(groups_gone * 8 == int(ctr.evicted_keys_total));
+  CHECK(c.owner(0).pool().counts().grants == 1);  // capacity unchanged (S5)
+}
+
+TEST_CASE("S2 and eviction: entries a reader holds are never chosen; the claim times out instead") {
+  auto cfg = one_grant_owner();
+  cfg.get_handle_ttl_ms = 60000;  // the readers keep their pins through the whole wait
+  sim::Cluster c(seed_from_env(202), cfg);
+  c.run_for(5);
+  const uint64_t s = c.open_session(0);
+  for (int b = 0; b < 16; ++b) put_commit(c, 0, s, keys_of("held" + std::to_string(b) + "-", 16));
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 256; }, 5000));
+  std::vector<std::string> all;
+  for (int b = 0; b < 16; ++b)
+    for (auto& k : keys_of("held" + std::to_string(b) + "-", 16)) all.push_back(k);
+  auto g = get_start(c, 0, s, all);  // every page held by a reader
+  REQUIRE(g.body.AsGetStartReply()->transferable_len == 256);
+  auto r = put_start(c, 0, s, {"one-more"});
+  CHECK(envelope_status(r).code() == Code::kLocalReserveTimeout);
+  CHECK(c.owner(0).counters().evicted_keys_total == 0);
+  release_all(c, 0, s, *g.body.AsGetStartReply());
+  auto r2 = put_start(c, 0, s, {"one-more"});
+  CHECK(r2.body.AsPutStartReply());
+  CHECK(c.owner(0).counters().evicted_keys_total == 1);
+}
+
+TEST_CASE("eviction can be switched off") {
+  auto cfg = one_grant_owner();
+  cfg.eviction = false;
+  cfg.hard_timeout_ms = 200;
+  sim::Cluster c(seed_from_env(203), cfg);
+  c.run_for(5);
+  const uint64_t s = c.open_session(0);
+  for (int b = 0; b < 16; ++b) put_commit(c, 0, s, keys_of("off" + std::to_string(b) + "-", 16));
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 256; }, 5000));
+  CHECK(envelope_status(put_start(c, 0, s, {"x"})).code() == Code::kLocalReserveTimeout);
+  CHECK(c.owner(0).counters().evicted_keys_total == 0);
+}

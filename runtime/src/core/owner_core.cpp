@@ -11,7 +11,15 @@ OwnerCore::OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_n
       generation_(generation),
       segment_name_(std::move(segment_name)),
       segment_len_(segment_len),
-      pool_(segment_len, cfg_.grant_bytes, cfg_.expected_capacity) {}
+      pool_(segment_len, cfg_.grant_bytes, cfg_.expected_capacity),
+      resident_([&] {
+        WeightedCache<std::string, ResidentRef>::Options o;
+        o.max_capacity = segment_len;
+        o.enforce_capacity = false;
+        o.shards = 4;
+        o.estimated_entries = std::max<uint64_t>(1024, segment_len / (256 << 10));
+        return o;
+      }()) {}
 
 Envelope OwnerCore::register_request() const {
   wire::RegisterOwnerT r;
@@ -46,6 +54,7 @@ int OwnerCore::local_state(const std::string& key) const {
 }
 
 void OwnerCore::on_client_request(uint64_t token, Envelope& req, Millis now, Outbox& out) {
+  now_ = now;
   dispatch_client(token, req, now, out);
   if (pool_.take_freed()) serve_waiters(out);
 }
@@ -152,7 +161,10 @@ bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartRe
     reply_error(session, token, claimed.status(), out);
     return true;
   }
-  if (!claimed->has_value()) return false;
+  if (!claimed->has_value()) {
+    evict_for(slot_size_for(req.value_len), uint64_t(n) * slot_size_for(req.value_len), now_, out);
+    return false;
+  }
   const uint64_t put_id = next_put_id_++;
   PutPlan plan;
   plan.session = session;
@@ -195,8 +207,14 @@ void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Mi
   PublishJob job;
   job.session = session;
   job.group_lens = plan.group_lens;
+  uint32_t group = 0, group_left = plan.group_lens.empty() ? 1 : plan.group_lens[0];
   for (size_t i = 0; i < plan.keys.size(); ++i) {
     const std::string& k = plan.keys[i];
+    if (group_left == 0) {
+      group++;
+      group_left = plan.group_lens.empty() ? 1 : plan.group_lens[group];
+    }
+    group_left--;
     auto inf = inflight_.find(k);
     if (inf != inflight_.end() && inf->second == put_id) inflight_.erase(inf);
     // V1: local-read-ready at once; the master is not consulted.
@@ -204,10 +222,11 @@ void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Mi
     auto old = index_.find(k);
     if (old != index_.end()) {
       Entry prev = old->second;
-      index_.erase(old);
+      erase_entry(old);
       supersede(k, prev, now, out);
     }
-    index_[k] = Entry{put_id, plan.slots[i], plan.value_len, false};
+    index_[k] = Entry{put_id, plan.slots[i], plan.value_len, false, group};
+    cohorts_[{put_id, group}].push_back(k);
     job.offsets.push_back(pool_.slot_offset(plan.slots[i]));
     job.lens.push_back(plan.value_len);
   }
@@ -288,8 +307,67 @@ void OwnerCore::remove_key(const std::string& key, Millis now, Outbox& out) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
   Entry e = it->second;
-  index_.erase(it);
+  erase_entry(it);
   supersede(key, e, now, out);
+}
+
+void OwnerCore::erase_entry(std::unordered_map<std::string, Entry>::iterator it) {
+  const std::string& key = it->first;
+  const Entry& e = it->second;
+  const uint64_t put_id = e.put_id;
+  resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+  auto c = cohorts_.find({e.put_id, e.group});
+  if (c != cohorts_.end()) {
+    std::erase(c->second, key);
+    if (c->second.empty()) cohorts_.erase(c);
+  }
+  index_.erase(it);
+}
+
+void OwnerCore::settle_evicting(SlotRef slot) {
+  auto it = evicting_slots_.find(slot.packed());
+  if (it == evicting_slots_.end()) return;
+  evicting_bytes_ -= it->second;
+  evicting_slots_.erase(it);
+}
+
+void OwnerCore::evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out) {
+  if (!cfg_.eviction || evicting_bytes_ >= bytes) return;  // S4: bytes in flight are a debt already
+  const uint64_t want = std::min(bytes - evicting_bytes_, cfg_.eviction_max_bytes_per_round);
+  std::vector<std::pair<std::string, ResidentRef>> chosen;
+  auto unheld = [this](const std::string& k, const ResidentRef& r, uint64_t size_class) {
+    auto it = index_.find(k);
+    if (it == index_.end() || it->second.put_id != r.put_id || !it->second.live) return false;
+    if (size_class && pool_.slot_size(it->second.slot) != size_class) return false;
+    return pool_.slot(it->second.slot).holder_refs == 0;  // never a page a reader holds now
+  };
+  // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
+  uint64_t got = resident_.evict_some_if(
+      want, [&](const std::string& k, const ResidentRef& r) { return unheld(k, r, slot_size); }, &chosen);
+  if (got < want)
+    resident_.evict_some_if(
+        want - got, [&](const std::string& k, const ResidentRef& r) { return unheld(k, r, 0); }, &chosen);
+  if (chosen.empty()) return;
+  counters_.eviction_rounds_total++;
+  for (const auto& [key, ref] : chosen) evict_cohort({ref.put_id, ref.group}, now, out);
+}
+
+void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
+  auto c = cohorts_.find(cohort);
+  if (c == cohorts_.end()) return;  // already evicted with another member
+  const std::vector<std::string> members = c->second;  // A1: the exact cohort, never part of it
+  for (const auto& key : members) {
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.put_id != cohort.first) continue;
+    const Entry e = it->second;
+    erase_entry(it);
+    const uint64_t bytes = pool_.slot_size(e.slot);
+    evicting_slots_[e.slot.packed()] = bytes;
+    evicting_bytes_ += bytes;
+    counters_.evicted_keys_total++;
+    counters_.evicted_bytes_total += bytes;
+    supersede(key, e, now, out);  // route first; the slot is Free once no holder remains (S2)
+  }
 }
 
 void OwnerCore::put_abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out) {
@@ -326,6 +404,7 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
     if (it != index_.end()) {
       hits[i] = true;
       entries[i] = &it->second;
+      if (it->second.live) resident_.touch(req.keys[i]);  // eviction order follows reads too
     }
   }
   PrefixResult pr = compute_prefix(hits, groups, req.prefix_best_effort);
@@ -377,6 +456,7 @@ void OwnerCore::drop_handle(uint64_t handle_id) {
 }
 
 void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
+  now_ = now;
   const uint64_t session = note.session_id;
   if (note.generation != 0 && note.generation != generation_) {
     counters_.generation_mismatch_total++;
@@ -399,6 +479,7 @@ void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
 }
 
 void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now, Outbox& out) {
+  now_ = now;
   auto t = master_tokens_.find(token);
   if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
   auto [is_publish, id] = t->second;
@@ -432,13 +513,19 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
           rm_ids.push_back(id);
           rm_slots.push_back(job.slots[i]);
         } else {
-          index_[job.keys[i]].live = true;
+          Entry& e = index_[job.keys[i]];
+          e.live = true;
+          (void)resident_.insert(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot));
         }
       } else {
         // Never published: the local copy is dropped (cache semantics), the caller learns why.
         counters_.publish_exists_total++;
-        if (!superseded) index_.erase(job.keys[i]);
+        if (!superseded) {
+          auto it = index_.find(job.keys[i]);
+          if (it != index_.end() && it->second.put_id == id) erase_entry(it);
+        }
         pool_.route_dropped(job.slots[i]);
+        settle_evicting(job.slots[i]);
         if (result.is_ok()) {
           result = Status(res == wire::PutItemResult::Exists ? Code::kKeyConflict : Code::kGenerationMismatch,
                           "route for key '" + job.keys[i] + "' was not published: " +
@@ -466,6 +553,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     // Removed or already absent: either way no master route references the slot now.
     for (SlotRef s : j->second.slots) {
       pool_.route_dropped(s);
+      settle_evicting(s);
       live_routes_--;
       counters_.route_remove_total++;
     }
@@ -475,6 +563,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
 }
 
 void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
+  now_ = now;
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, 0, register_request()});
   std::map<uint64_t, PublishJob> by_put;  // the original batches: the same identities again
   for (const auto& [key, e] : index_) {
@@ -513,6 +602,7 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
         rm_slots.push_back(job.slots[i]);
       } else {
         pool_.route_dropped(job.slots[i]);
+        settle_evicting(job.slots[i]);
         live_routes_--;
       }
       continue;
@@ -521,7 +611,7 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
     // Refused: another owner published the key while the master was away. Cache semantics: drop ours.
     counters_.publish_exists_total++;
     auto it = index_.find(job.keys[i]);
-    if (it != index_.end() && it->second.put_id == put_id) index_.erase(it);
+    if (it != index_.end() && it->second.put_id == put_id) erase_entry(it);
     pool_.route_dropped(job.slots[i]);
     live_routes_--;
   }
@@ -535,6 +625,7 @@ void OwnerCore::on_master_failure(uint64_t token) {
 }
 
 void OwnerCore::tick(Millis now, Outbox& out) {
+  now_ = now;
   for (auto& [put_id, job] : publish_) {
     if (now >= job.next_send) {
       counters_.publish_retry_total++;
@@ -554,8 +645,14 @@ void OwnerCore::tick(Millis now, Outbox& out) {
     drop_handle(hid);
     for (uint64_t id : h.holdings) release_holding(id, h.session);
   }
-  // Reserve waits: note the soft wait, fail at the hard timeout naming the stage.
+  // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
+  // soft wait is noted, the hard timeout fails the claim naming its stage.
   serve_waiters(out);
+  if (!waiters_.empty()) {
+    const auto* head = waiters_.front().req->body.AsPutStartReq();
+    const uint64_t ss = slot_size_for(head->value_len);
+    evict_for(ss, ss * head->keys.size(), now, out);
+  }
   size_t pos = 0;  // position in the queue before this tick's expiries
   for (size_t i = 0; i < waiters_.size(); ++pos) {
     Waiter& w = waiters_[i];

@@ -15,6 +15,7 @@
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/config.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
+#include "fluxon/runtime/weighted_cache.hpp"
 
 namespace fluxon {
 
@@ -41,7 +42,7 @@ struct OwnerCounters {
   uint64_t get_start_total = 0, get_keys_total = 0, get_hit_keys_total = 0;
   uint64_t get_tail_released_total = 0, handle_ttl_expired_total = 0, handle_cancel_total = 0;
   uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
-  uint64_t resync_routes_total = 0;
+  uint64_t resync_routes_total = 0, evicted_keys_total = 0, evicted_bytes_total = 0, eviction_rounds_total = 0;
   uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
 };
 
@@ -84,7 +85,13 @@ class OwnerCore {
     SlotRef slot;
     uint64_t len = 0;
     bool live = false;          // Committed(route_live)
+    uint32_t group = 0;         // atomic group inside its put batch: (put_id, group) is the cohort
   };
+  struct ResidentRef {          // resident index value: the entry's identity
+    uint64_t put_id = 0;
+    uint32_t group = 0;
+  };
+  using CohortId = std::pair<uint64_t, uint32_t>;
   struct PutPlan {
     uint64_t session = 0;
     std::vector<std::string> keys;
@@ -143,6 +150,14 @@ class OwnerCore {
   void queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
                     std::vector<SlotRef> slots, Millis now, Outbox& out);
   void serve_waiters(Outbox& out);
+  // Capacity eviction (S1, S3, S4): select cold unheld cohorts worth `bytes`, preferring slots of
+  // `slot_size`, and remove them route first; bytes already on their way count (selection debt).
+  void evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out);
+  void evict_cohort(CohortId cohort, Millis now, Outbox& out);
+  // Every way out of the local index goes through here: resident index and cohort bookkeeping.
+  void erase_entry(std::unordered_map<std::string, Entry>::iterator it);
+  // A slot left its route: if eviction chose it, its bytes are no longer a debt.
+  void settle_evicting(SlotRef slot);
   void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Millis now, Outbox& out);
 
   OwnerConfig cfg_;
@@ -153,6 +168,12 @@ class OwnerCore {
   OwnerCounters counters_;
 
   std::unordered_map<std::string, Entry> index_;
+  // Live entries, weighted by slot size, ordered by W-TinyLFU: eviction's candidate order. Unbounded
+  // (capacity is the segment's; only evict_some_if removes), no listener thread (the core owns none).
+  WeightedCache<std::string, ResidentRef> resident_;
+  std::map<CohortId, std::vector<std::string>> cohorts_;
+  std::unordered_map<uint64_t, uint64_t> evicting_slots_;  // packed slot -> bytes selected for eviction
+  uint64_t evicting_bytes_ = 0;
   std::unordered_map<std::string, uint64_t> inflight_;   // key -> put_id of the open plan
   std::unordered_map<uint64_t, PutPlan> plans_;
   std::deque<Waiter> waiters_;                           // FIFO claim turn
@@ -166,6 +187,7 @@ class OwnerCore {
   uint64_t next_put_id_ = 1, next_handle_ = 1, next_holding_ = 1, next_session_ = 1;
   uint64_t next_master_token_ = 1, next_remove_job_ = 1;
   uint64_t live_routes_ = 0;
+  Millis now_ = 0;  // the clock of the current call (set by every entry point that is given one)
 };
 
 }  // namespace fluxon

@@ -31,6 +31,10 @@ struct OwnerConfig {
   uint32_t get_handle_ttl_ms = 60000;
   uint32_t publish_retry_ms = 500;   // PutDone re-sent with the same identity after this (T1)
   uint32_t master_rpc_timeout_ms = 5000;
+  // Capacity eviction: when a claim finds no free slot, the coldest complete cohorts that no reader
+  // holds are selected (bounded per round) and removed route first; their slots then serve the claim.
+  bool eviction = true;
+  uint64_t eviction_max_bytes_per_round = 256ull << 20;
   // Faults injected on this owner's requests to the master (tests of T1 with real processes):
   // each request is dropped, duplicated or delayed with these odds, from one seed.
   struct FaultInjection {

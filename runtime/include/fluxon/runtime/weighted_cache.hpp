@@ -34,6 +34,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "fluxon/runtime/frequency_sketch.hpp"
@@ -225,6 +226,13 @@ class WeightedCache {
   // As evict_some, restricted to entries for which pred(key, value) holds.
   template <class Pred>
   uint64_t evict_some_if(uint64_t bytes, Pred pred) {
+    return evict_some_if(bytes, std::move(pred), nullptr);
+  }
+
+  // As above; the selected entries are also appended to *selected_out (the caller acts on them at
+  // once, in its own thread, as a core without threads must).
+  template <class Pred>
+  uint64_t evict_some_if(uint64_t bytes, Pred pred, std::vector<std::pair<K, V>>* selected_out) {
     uint64_t selected = 0;
     std::vector<bool> exhausted(shards_.size(), false);
     size_t live = shards_.size();
@@ -241,6 +249,8 @@ class WeightedCache {
           s.drain_reads();
           got = s.evict_coldest(std::min(share, bytes - selected), pred, ev);
         }
+        if (selected_out)
+          for (const auto& e : ev) selected_out->emplace_back(e.key, e.value);
         publish(ev);
         if (got == 0) {
           exhausted[i] = true;
