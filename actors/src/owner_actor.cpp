@@ -127,6 +127,9 @@ void export_metrics(OwnerState& st) {
             c.master_failures_total);
   m.counter("fluxon_owner_resync_routes_total", "Live routes re-published after the master came back",
             c.resync_routes_total);
+  m.counter("fluxon_owner_evicted_keys_total", "Keys evicted for capacity (whole cohorts)", c.evicted_keys_total);
+  m.counter("fluxon_owner_evicted_bytes_total", "Slot bytes evicted for capacity", c.evicted_bytes_total);
+  m.counter("fluxon_owner_eviction_rounds_total", "Eviction rounds that selected victims", c.eviction_rounds_total);
   m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);
   m.counter("fluxon_owner_errors_total", "Requests answered with an error", c.errors_total);
   m.counter("fluxon_owner_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);

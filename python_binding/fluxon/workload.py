@@ -299,6 +299,7 @@ def main(argv=None):
     ap.add_argument("--prefetch-policy", choices=["best_effort", "wait_complete", "timeout"], default="best_effort")
     ap.add_argument("--prefetch-timeout", type=float, default=0.05)
     ap.add_argument("--config", help="a Fluxon client config (external owner); default: a private cluster")
+    ap.add_argument("--owner-dram", default="2GiB", help="the private owner's segment (small: eviction at work)")
     ap.add_argument("--model", default="agent-model")
     ap.add_argument("--key-prefix", default=None)
     ap.add_argument("--seed", type=int, default=7)
@@ -311,15 +312,15 @@ def main(argv=None):
     if a.config:
         client_conf = a.config
     elif a.tp == 1:
-        client_conf = {"owners": [{"contribute_to_cluster_pool_size": {"dram": "2GiB"},
-                                   "local_reserve_grant_bytes": "64MiB"}]}
+        client_conf = {"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
+                                   "local_reserve_grant_bytes": "4MiB"}]}
     else:
         tmp = Path(tempfile.mkdtemp(prefix="fluxon-workload-"))
-        mport, oport = free_port(), free_port()
+        mport, oport, mport_metrics = free_port(), free_port(), free_port()
         cfg = tmp / "cluster.yaml"
         cfg.write_text(f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\n"
-                       f"owners:\n  - {{node_id: 1, port: {oport}, contribute_to_cluster_pool_size: {{dram: 2GiB}},"
-                       f" local_reserve_grant_bytes: 64MiB}}\n")
+                       f"owners:\n  - {{node_id: 1, port: {oport}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
+                       f" local_reserve_grant_bytes: 4MiB, metrics_port: {mport_metrics}}}\n")
         fb = find_fluxon_bin()
         subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)
         cluster = (fb, cfg)
@@ -332,7 +333,18 @@ def main(argv=None):
         procs = [ctx.Process(target=rank_main, args=(r, a, client_conf, barrier, slots, q)) for r in range(a.tp)]
         for p in procs:
             p.start()
-        results = sorted((q.get() for _ in procs), key=lambda x: x["rank"])
+        results = []
+        import queue as _queue
+        while len(results) < len(procs):
+            try:
+                results.append(q.get(timeout=0.5))
+            except _queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:  # a rank died: its peers would wait at the collective forever
+                    for p in procs:
+                        p.kill()
+                    raise SystemExit(f"workload: rank process exited with {dead[0].exitcode}")
+        results.sort(key=lambda x: x["rank"])
         for p in procs:
             p.join()
     finally:

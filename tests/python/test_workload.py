@@ -30,3 +30,24 @@ def test_workload_write_through_wait_complete_text():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "restored pages verified byte for byte: all ok" in out.stdout
     assert "total:" in out.stdout and "put_start" in out.stdout
+
+
+def test_workload_under_capacity_pressure_evicts_and_stays_correct():
+    """A segment far smaller than the working set: evictions keep puts going, every restore is
+    still byte-exact, nothing fails."""
+    out = run("--sessions", "16", "--turns", "5", "--gpu-pages", "200", "--item-bytes", "256", "--owner-dram", "4MiB",
+              "--tp", "1",
+              "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rank = json.loads(out.stdout)["ranks"][0]
+    t, ctr, st = rank["totals"], rank["counters"], rank["owner_stats"]
+    assert t["verify_failures"] == 0
+    assert ctr["backup_failed"] == 0 and ctr["backup_write_failed"] == 0 and ctr["restore_failed"] == 0
+    assert t["backup_bytes"] > 4 * 2**20  # more was written back than the segment holds
+    assert st["slots_committed"] + st["slots_free"] <= 4 * 2**20 // (64 * 256)
+
+
+def test_workload_reports_a_failed_rank_instead_of_hanging():
+    out = run("--sessions", "4", "--turns", "3", "--gpu-pages", "8", "--tp", "2")
+    assert out.returncode != 0
+    assert "needs more pages" in out.stderr or "exited" in out.stderr
