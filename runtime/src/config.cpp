@@ -74,7 +74,8 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "contribute_to_cluster_pool_size", "local_reserve_grant_bytes",
                       "owner_local_reserve_expected_capacity", "local_reserve_soft_wait_ms",
                       "local_reserve_hard_timeout_ms", "get_handle_ttl_ms", "publish_retry_ms",
-                      "master_rpc_timeout_ms", "fault_injection", "eviction", "eviction_max_bytes_per_round"}));
+                      "master_rpc_timeout_ms", "fault_injection", "eviction", "eviction_max_bytes_per_round",
+                      "eviction_tp_cohorts"}));
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));
   FLX_TRY(get_str(n, "listen_host", where, o.listen_host));
@@ -102,11 +103,13 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "publish_retry_ms", where, o.publish_retry_ms));
   FLX_TRY(get_uint(n, "master_rpc_timeout_ms", where, o.master_rpc_timeout_ms));
   FLX_TRY(get_uint(n, "eviction_max_bytes_per_round", where, o.eviction_max_bytes_per_round));
-  if (auto e = n["eviction"]) {
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"eviction", &o.eviction},
+                             std::pair<const char*, bool*>{"eviction_tp_cohorts", &o.eviction_tp_cohorts}}) {
+    if (!n[name]) continue;
     try {
-      o.eviction = e.as<bool>();
+      *flag = n[name].as<bool>();
     } catch (const YAML::Exception&) {
-      return invalid_argument(where + ".eviction: expected true or false");
+      return invalid_argument(where + "." + name + ": expected true or false");
     }
   }
   if (auto f = n["fault_injection"]) {

@@ -316,3 +316,29 @@ TEST_CASE("eviction can be switched off") {
   CHECK(envelope_status(put_start(c, 0, s, {"x"})).code() == Code::kLocalReserveTimeout);
   CHECK(c.owner(0).counters().evicted_keys_total == 0);
 }
+
+TEST_CASE("S3: eviction takes the exact TP cohort: a group goes with the other ranks' copies") {
+  sim::Cluster c(seed_from_env(204), one_grant_owner());
+  c.run_for(5);
+  const uint64_t s = c.open_session(0);
+  auto rank_keys = [](int b, int r) {
+    std::vector<std::string> k;
+    for (int i = 0; i < 8; ++i) k.push_back("sess:g" + std::to_string(b) + "p" + std::to_string(i) + "_model_" +
+                                            std::to_string(r) + "_2_tag");
+    return k;
+  };
+  for (int b = 0; b < 16; ++b)
+    for (int r = 0; r < 2; ++r) put_commit(c, 0, s, rank_keys(b, r), {8});  // each rank its own batch
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 256; }, 5000));
+  for (int b = 4; b < 16; ++b) {  // rank 0 reads groups 4..15: only rank 1's copies are cold there
+    auto g = get_start(c, 0, s, rank_keys(b, 0), {8});
+    release_all(c, 0, s, *g.body.AsGetStartReply());
+  }
+  REQUIRE(put_start(c, 0, s, keys_of("fresh-", 24)).body.AsPutStartReply());
+  CHECK(c.owner(0).counters().evicted_keys_total >= 24);
+  for (int b = 0; b < 16; ++b) {
+    const bool r0 = c.owner(0).local_state(rank_keys(b, 0)[0]) != 0;
+    const bool r1 = c.owner(0).local_state(rank_keys(b, 1)[0]) != 0;
+    CHECK_MESSAGE(r0 == r1, "group " << b << " kept on one rank only");
+  }
+}

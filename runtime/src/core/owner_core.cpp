@@ -352,7 +352,51 @@ void OwnerCore::evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox
   for (const auto& [key, ref] : chosen) evict_cohort({ref.put_id, ref.group}, now, out);
 }
 
+namespace {
+// SGLang's config suffix "_<tp_rank>_<tp_size>" (the last one that ends the key or is followed by
+// '_' or '.'); the siblings are the same key for the other ranks. None when there is no suffix.
+std::vector<std::string> tp_siblings(const std::string& key) {
+  auto digits_end = [&](size_t i) {
+    while (i < key.size() && isdigit(static_cast<unsigned char>(key[i]))) ++i;
+    return i;
+  };
+  for (size_t p = key.rfind('_'); p != std::string::npos; p = p == 0 ? std::string::npos : key.rfind('_', p - 1)) {
+    const size_t rank_end = digits_end(p + 1);
+    if (rank_end == p + 1 || rank_end - p - 1 > 4 || rank_end >= key.size() || key[rank_end] != '_') continue;
+    const size_t size_end = digits_end(rank_end + 1);
+    if (size_end == rank_end + 1 || size_end - rank_end - 1 > 4) continue;
+    if (size_end != key.size() && key[size_end] != '_' && key[size_end] != '.') continue;
+    const unsigned long rank = std::stoul(key.substr(p + 1, rank_end - p - 1));
+    const unsigned long size = std::stoul(key.substr(rank_end + 1, size_end - rank_end - 1));
+    if (size < 2 || size > 1024 || rank >= size) continue;
+    std::vector<std::string> out;
+    for (unsigned long r = 0; r < size; ++r)
+      if (r != rank) out.push_back(key.substr(0, p + 1) + std::to_string(r) + key.substr(rank_end));
+    return out;
+  }
+  return {};
+}
+}  // namespace
+
 void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
+  // The exact cohort: the atomic group, and the same group of the other TP ranks when its keys
+  // carry SGLang's "_<rank>_<size>" suffix (a half-evicted TP cohort restores on no rank).
+  std::vector<CohortId> todo{cohort};
+  if (cfg_.eviction_tp_cohorts) {
+    auto c = cohorts_.find(cohort);
+    if (c != cohorts_.end())
+      for (const auto& key : c->second)
+        for (const auto& sib : tp_siblings(key)) {
+          auto it = index_.find(sib);
+          if (it == index_.end()) continue;
+          CohortId other{it->second.put_id, it->second.group};
+          if (std::find(todo.begin(), todo.end(), other) == todo.end()) todo.push_back(other);
+        }
+  }
+  for (const auto& id : todo) evict_one_cohort(id, now, out);
+}
+
+void OwnerCore::evict_one_cohort(CohortId cohort, Millis now, Outbox& out) {
   auto c = cohorts_.find(cohort);
   if (c == cohorts_.end()) return;  // already evicted with another member
   const std::vector<std::string> members = c->second;  // A1: the exact cohort, never part of it

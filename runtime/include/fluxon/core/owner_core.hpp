@@ -154,6 +154,7 @@ class OwnerCore {
   // `slot_size`, and remove them route first; bytes already on their way count (selection debt).
   void evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out);
   void evict_cohort(CohortId cohort, Millis now, Outbox& out);
+  void evict_one_cohort(CohortId cohort, Millis now, Outbox& out);
   // Every way out of the local index goes through here: resident index and cohort bookkeeping.
   void erase_entry(std::unordered_map<std::string, Entry>::iterator it);
   // A slot left its route: if eviction chose it, its bytes are no longer a debt.

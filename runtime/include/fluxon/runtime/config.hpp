@@ -35,6 +35,7 @@ struct OwnerConfig {
   // holds are selected (bounded per round) and removed route first; their slots then serve the claim.
   bool eviction = true;
   uint64_t eviction_max_bytes_per_round = 256ull << 20;
+  bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
   // Faults injected on this owner's requests to the master (tests of T1 with real processes):
   // each request is dropped, duplicated or delayed with these odds, from one seed.
   struct FaultInjection {
