@@ -269,3 +269,35 @@ def test_cuda_registration_fails_synchronously_without_a_gpu(client):
     else:
         with pytest.raises(fluxon.Internal, match="CUDA"):
             client.register_segments_with_cuda()
+
+
+def test_one_client_from_many_threads(client):
+    """KvClient is thread-safe: threads put, read back and release concurrently on one client."""
+    import threading
+    errors = []
+
+    def worker(t):
+        try:
+            for r in range(20):
+                ks = keys(4, f"mt{t}-{r}-")
+                p = client.local_fast_put_start(ks, 4096)
+                write(p, 4096, t * 7 + r)
+                client.local_fast_put_commit(p).result(10)
+                h, res = client.get_start(ks)
+                assert res.all_hit
+                rp = client.get_transfer(h)
+                got = read(rp, 4096)
+                client.release_views(rp)
+                assert got == [bytes([(t * 7 + r + i) % 251]) * 4096 for i in range(4)]
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors[0]
+    s = settle(client)
+    for k in TEMP:
+        assert s[k] == 0, k
