@@ -125,6 +125,8 @@ struct KvClient::Impl {
   std::unordered_map<uint64_t, Handle> handles;
   uint64_t next_handle = 1;
   bool closed = false;
+  uint64_t calls_in_flight = 0;     // public calls running now; close() waits for them
+  std::condition_variable idle;
 
   // Batched one-way acknowledgements (tail holdings, cancels, release_views).
   std::mutex am;
@@ -260,6 +262,7 @@ struct KvClient::Impl {
 
   Result<Plan> take_plan(uint64_t plan_ptr, bool want_put, const char* op) {
     std::lock_guard<std::mutex> g(m);
+    if (closed) return Status(Code::kClosed, std::string(op) + ": client is closed");
     auto it = plans.find(plan_ptr);
     if (it == plans.end()) return invalid_argument(std::string(op) + ": unknown plan_ptr " + std::to_string(plan_ptr));
     if (it->second.is_put != want_put)
@@ -270,6 +273,33 @@ struct KvClient::Impl {
     return p;
   }
 };
+
+namespace {
+// Every public call holds one: close() waits until none runs, so the connection (and its actor
+// system) is torn down by the closing thread, never under a call still running on another.
+class CallGuard {
+ public:
+  explicit CallGuard(KvClient::Impl* impl) : impl_(impl) {
+    std::lock_guard<std::mutex> g(impl_->m);
+    entered_ = !impl_->closed;
+    if (entered_) impl_->calls_in_flight++;
+  }
+  ~CallGuard() {
+    if (!entered_) return;
+    std::lock_guard<std::mutex> g(impl_->m);
+    if (--impl_->calls_in_flight == 0) impl_->idle.notify_all();
+  }
+  bool entered() const { return entered_; }
+
+ private:
+  KvClient::Impl* impl_;
+  bool entered_ = false;
+};
+}  // namespace
+
+#define FLUXON_CALL(name)                                                        \
+  CallGuard call_guard_(impl_.get());                                            \
+  if (!call_guard_.entered()) return Status(Code::kClosed, name ": client is closed")
 
 KvClient::KvClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -296,9 +326,10 @@ KvClient::~KvClient() { close(); }
 void KvClient::close() {
   if (!impl_) return;
   {
-    std::lock_guard<std::mutex> g(impl_->m);
+    std::unique_lock<std::mutex> g(impl_->m);
     if (impl_->closed) return;
     impl_->closed = true;
+    impl_->idle.wait(g, [&] { return impl_->calls_in_flight == 0; });
   }
   impl_->flush_acks();
   {
@@ -315,13 +346,13 @@ void KvClient::close() {
     c = std::move(impl_->conn);
   }
   impl_->ack_conn.reset();
-  if (c) {
-    c->fail_futures(Status(Code::kClosed, "client closed"));
-    c->link.reset();  // the owner sees the session go down and releases what it held
-  }
+  if (c) c->fail_futures(Status(Code::kClosed, "client closed"));
+  // The link goes with the last reference to the connection: here, or when a call still running on
+  // another thread returns. Then the owner sees the session go down and releases what it held.
 }
 
 Result<std::vector<SegmentInfo>> KvClient::wait_local_segments_ready() {
+  FLUXON_CALL("wait_local_segments_ready");
   std::shared_ptr<Conn> c;
   {
     std::lock_guard<std::mutex> g(impl_->m);
@@ -347,6 +378,7 @@ Result<std::vector<SegmentInfo>> KvClient::wait_local_segments_ready() {
 
 Result<uint64_t> KvClient::local_fast_put_start(const std::vector<std::string>& keys, int64_t value_len,
                                                 const PutOptionalArgs& opts) {
+  FLUXON_CALL("local_fast_put_start");
   // Validation happens before any slot is reserved or any RPC is sent.
   Status s = validate_keys(keys);
   if (s.is_ok() && value_len <= 0) s = invalid_argument("value_len: must be > 0, got " + std::to_string(value_len));
@@ -388,6 +420,7 @@ Result<uint64_t> KvClient::local_fast_put_start(const std::vector<std::string>& 
 }
 
 Result<KvFuture> KvClient::local_fast_put_commit(uint64_t plan_ptr) {
+  FLUXON_CALL("local_fast_put_commit");
   auto p = impl_->take_plan(plan_ptr, true, "local_fast_put_commit");
   if (!p.ok()) return p.status();
   auto c = impl_->current();
@@ -410,6 +443,7 @@ Result<KvFuture> KvClient::local_fast_put_commit(uint64_t plan_ptr) {
 }
 
 Status KvClient::put_abort(uint64_t plan_ptr) {
+  FLUXON_CALL("put_abort");
   auto p = impl_->take_plan(plan_ptr, true, "put_abort");
   if (!p.ok()) return p.status();
   auto c = impl_->current();
@@ -422,6 +456,7 @@ Status KvClient::put_abort(uint64_t plan_ptr) {
 Result<std::pair<uint64_t, GetStartResult>> KvClient::get_start(const std::vector<std::string>& keys,
                                                                 bool prefix_best_effort,
                                                                 const std::optional<std::vector<uint32_t>>& groups) {
+  FLUXON_CALL("get_start");
   Status s = validate_keys(keys);
   if (s.is_ok()) s = validate_group_lens(groups, keys.size());
   if (!s.is_ok()) return s;
@@ -462,9 +497,11 @@ Result<std::pair<uint64_t, GetStartResult>> KvClient::get_start(const std::vecto
 }
 
 Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> consume_prefix_len) {
+  FLUXON_CALL("get_transfer");
   Handle h;
   {
     std::lock_guard<std::mutex> g(impl_->m);
+    if (impl_->closed) return Status(Code::kClosed, "get_transfer: client is closed");
     auto it = impl_->handles.find(handle);
     if (it == impl_->handles.end())
       return invalid_argument("get_transfer: unknown or consumed handle " + std::to_string(handle));
@@ -516,9 +553,11 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
 }
 
 Status KvClient::cancel_get_transfer(uint64_t handle) {
+  FLUXON_CALL("cancel_get_transfer");
   Handle h;
   {
     std::lock_guard<std::mutex> g(impl_->m);
+    if (impl_->closed) return Status(Code::kClosed, "cancel_get_transfer: client is closed");
     auto it = impl_->handles.find(handle);
     if (it == impl_->handles.end())
       return invalid_argument("cancel_get_transfer: unknown or consumed handle " + std::to_string(handle));
@@ -530,6 +569,7 @@ Status KvClient::cancel_get_transfer(uint64_t handle) {
 }
 
 Status KvClient::release_views(uint64_t plan_ptr) {
+  FLUXON_CALL("release_views");
   auto p = impl_->take_plan(plan_ptr, false, "release_views");
   if (!p.ok()) return p.status();
   if (!p->holdings.empty()) impl_->queue_ack(p->conn, 0, std::move(p->holdings), false);
@@ -537,6 +577,7 @@ Status KvClient::release_views(uint64_t plan_ptr) {
 }
 
 Result<std::map<std::string, uint64_t>> KvClient::stats() {
+  FLUXON_CALL("stats");
   auto c = impl_->current();
   if (!c.ok()) return c.status();
   auto r = impl_->call(*c, make_envelope(wire::StatsReqT{}));
@@ -567,6 +608,7 @@ Result<std::map<std::string, uint64_t>> KvClient::stats() {
 }
 
 Status KvClient::ping() {
+  FLUXON_CALL("ping");
   auto c = impl_->current();
   if (!c.ok()) return c.status();
   auto r = (*c)->link->call(make_envelope(wire::PingT{{}, 1}), impl_->cfg.client.rpc_timeout_ms);
@@ -574,6 +616,7 @@ Status KvClient::ping() {
 }
 
 Status KvClient::send_raw_for_test(const std::vector<uint8_t>& bytes) {
+  FLUXON_CALL("send_raw");
   auto c = impl_->current();
   if (!c.ok()) return c.status();
   auto r = (*c)->link->call_raw(bytes, impl_->cfg.client.rpc_timeout_ms);
@@ -582,6 +625,7 @@ Status KvClient::send_raw_for_test(const std::vector<uint8_t>& bytes) {
 }
 
 Result<uint64_t> KvClient::master_route_count() {
+  FLUXON_CALL("master_route_count");
   auto c = impl_->current();
   if (!c.ok()) return c.status();
   auto r = (*c)->link->call_master(make_envelope(wire::MasterStatsReqT{}), impl_->cfg.client.rpc_timeout_ms);

@@ -54,11 +54,13 @@ class PyClient {
     auto c = released([&] { return KvClient::open(*cfg); });
     client_ = unwrap(std::move(c));
   }
-  KvClient& c() {
+  // Called with the GIL held, before a call releases it: the call keeps the client alive even if
+  // another thread closes it meanwhile.
+  std::shared_ptr<KvClient> c() {
     if (!client_) raise_status(Status(Code::kClosed, "client is closed"));
-    return *client_;
+    return client_;
   }
-  std::unique_ptr<KvClient> client_;
+  std::shared_ptr<KvClient> client_;
 };
 
 PutOptionalArgs to_opts(const py::object& o) {
@@ -247,7 +249,7 @@ PYBIND11_MODULE(_fluxon, m) {
       .def(py::init<const std::string&, bool>())
       .def("wait_local_segments_ready",
            [](PyClient& self) {
-             auto segs = unwrap(released([&] { return self.c().wait_local_segments_ready(); }));
+             auto segs = unwrap(released([&, cl = self.c()] { return cl->wait_local_segments_ready(); }));
              py::list out;
              for (auto& s : segs) {
                py::dict d;
@@ -264,19 +266,19 @@ PYBIND11_MODULE(_fluxon, m) {
       .def("local_fast_put_start",
            [](PyClient& self, std::vector<std::string> keys, int64_t value_len, py::object opts) {
              PutOptionalArgs a = to_opts(opts);
-             return unwrap(released([&] { return self.c().local_fast_put_start(keys, value_len, a); }));
+             return unwrap(released([&, cl = self.c()] { return cl->local_fast_put_start(keys, value_len, a); }));
            })
       .def("local_fast_put_commit",
            [](PyClient& self, uint64_t plan) {
-             return unwrap(released([&] { return self.c().local_fast_put_commit(plan); }));
+             return unwrap(released([&, cl = self.c()] { return cl->local_fast_put_commit(plan); }));
            })
       .def("put_abort",
-           [](PyClient& self, uint64_t plan) { check(released([&] { return self.c().put_abort(plan); })); })
+           [](PyClient& self, uint64_t plan) { check(released([&, cl = self.c()] { return cl->put_abort(plan); })); })
       .def("get_start",
            [](PyClient& self, std::vector<std::string> keys, bool best_effort, py::object groups) {
              std::optional<std::vector<uint32_t>> g;
              if (!groups.is_none()) g = groups.cast<std::vector<uint32_t>>();
-             auto [h, r] = unwrap(released([&] { return self.c().get_start(keys, best_effort, g); }));
+             auto [h, r] = unwrap(released([&, cl = self.c()] { return cl->get_start(keys, best_effort, g); }));
              py::dict d;
              d["raw_prefix_hit_len"] = r.raw_prefix_hit_len;
              d["transferable_len"] = r.transferable_len;
@@ -290,35 +292,35 @@ PYBIND11_MODULE(_fluxon, m) {
            [](PyClient& self, uint64_t handle, py::object consume) {
              std::optional<int64_t> n;
              if (!consume.is_none()) n = consume.cast<int64_t>();
-             return unwrap(released([&] { return self.c().get_transfer(handle, n); }));
+             return unwrap(released([&, cl = self.c()] { return cl->get_transfer(handle, n); }));
            })
       .def("cancel_get_transfer",
            [](PyClient& self, uint64_t handle) {
-             check(released([&] { return self.c().cancel_get_transfer(handle); }));
+             check(released([&, cl = self.c()] { return cl->cancel_get_transfer(handle); }));
            })
       .def("release_views",
-           [](PyClient& self, uint64_t plan) { check(released([&] { return self.c().release_views(plan); })); })
-      .def("stats", [](PyClient& self) { return unwrap(released([&] { return self.c().stats(); })); })
-      .def("ping", [](PyClient& self) { check(released([&] { return self.c().ping(); })); })
+           [](PyClient& self, uint64_t plan) { check(released([&, cl = self.c()] { return cl->release_views(plan); })); })
+      .def("stats", [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->stats(); })); })
+      .def("ping", [](PyClient& self) { check(released([&, cl = self.c()] { return cl->ping(); })); })
       .def("register_segments_with_cuda",
            [](PyClient& self) {
-             auto segs = unwrap(released([&] { return register_segments_with_cuda(self.c()); }));
+             auto segs = unwrap(released([&, cl = self.c()] { return register_segments_with_cuda(*cl); }));
              return segs.size();
            })
       .def("master_route_count",
-           [](PyClient& self) { return unwrap(released([&] { return self.c().master_route_count(); })); })
+           [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->master_route_count(); })); })
       .def("_send_raw_for_test",
            [](PyClient& self, py::bytes b) {
              std::string s = b;
              std::vector<uint8_t> v(s.begin(), s.end());
-             check(released([&] { return self.c().send_raw_for_test(v); }));
+             check(released([&, cl = self.c()] { return cl->send_raw_for_test(v); }));
            })
       .def("close", [](PyClient& self) {
         if (!self.client_) return;
+        std::shared_ptr<KvClient> cl = std::move(self.client_);
         released([&] {
-          self.client_->close();
+          cl->close();
           return 0;
         });
-        self.client_.reset();
       });
 }

@@ -301,3 +301,36 @@ def test_one_client_from_many_threads(client):
     s = settle(client)
     for k in TEMP:
         assert s[k] == 0, k
+
+
+def test_close_while_other_threads_call(client_factory=None):
+    """close() while calls are in flight on other threads: they fail cleanly (Closed), nothing crashes."""
+    import threading
+    c = fluxon.KvClient({"owners": [{"contribute_to_cluster_pool_size": {"dram": "64MiB"},
+                                     "local_reserve_grant_bytes": "16MiB"}]})
+    stop = threading.Event()
+    outcomes = []
+
+    def worker(t):
+        n = 0
+        while not stop.is_set():
+            try:
+                p = c.local_fast_put_start([f"cl{t}-{n}"], 4096)
+                c.local_fast_put_commit(p)
+                n += 1
+            except fluxon.Closed:
+                outcomes.append("closed")
+                return
+            except fluxon.Error as e:
+                outcomes.append(type(e).__name__)
+                return
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(3)]
+    for t in ts:
+        t.start()
+    time.sleep(0.2)
+    c.close()
+    stop.set()
+    for t in ts:
+        t.join(10)
+    assert outcomes and all(o == "closed" for o in outcomes), outcomes
