@@ -501,7 +501,6 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
   Handle h;
   {
     std::lock_guard<std::mutex> g(impl_->m);
-    if (impl_->closed) return Status(Code::kClosed, "get_transfer: client is closed");
     auto it = impl_->handles.find(handle);
     if (it == impl_->handles.end())
       return invalid_argument("get_transfer: unknown or consumed handle " + std::to_string(handle));
@@ -557,7 +556,6 @@ Status KvClient::cancel_get_transfer(uint64_t handle) {
   Handle h;
   {
     std::lock_guard<std::mutex> g(impl_->m);
-    if (impl_->closed) return Status(Code::kClosed, "cancel_get_transfer: client is closed");
     auto it = impl_->handles.find(handle);
     if (it == impl_->handles.end())
       return invalid_argument("cancel_get_transfer: unknown or consumed handle " + std::to_string(handle));
