@@ -127,28 +127,28 @@ class FluxonHiCacheStorage(HiCacheStorage):
         ptrs, sizes, value_len = self._page_meta(host_indices, len(keys))
         per_page = len(sizes)
         results = [False] * len(keys)
-        todo = list(range(len(keys)))
+        remaining = list(range(len(keys)))
         skeys = self._keys(keys)
         for _ in range(2):  # a second round after dropping keys that already exist
             try:
-                batch_keys = [skeys[i] for i in todo]
+                batch_keys = [skeys[i] for i in remaining]
                 plan = self.client.local_fast_put_start(batch_keys, value_len, self._replica_opts(batch_keys, extra_info))
             except fluxon.KeyConflict as e:
-                exists = {todo[i] for i, r in zip(e.indices, e.reasons) if r == "exists"}
-                inflight = {todo[i] for i, r in zip(e.indices, e.reasons) if r == "inflight"}
+                exists = {remaining[i] for i, r in zip(e.indices, e.reasons) if r == "exists"}
+                inflight = {remaining[i] for i, r in zip(e.indices, e.reasons) if r == "inflight"}
                 for i in exists:
                     results[i] = True  # already stored: a duplicate write-back is a success
                 self._count(set_exists=len(exists), set_failed=len(inflight))
-                todo = [i for i in todo if i not in exists and i not in inflight]
-                if not todo:
+                remaining = [i for i in remaining if i not in exists and i not in inflight]
+                if not remaining:
                     return results
                 continue
             except fluxon.Error:
-                self._count(set_failed=len(todo))
+                self._count(set_failed=len(remaining))
                 return results
-            sub = [ptrs[i * per_page + j] for i in todo for j in range(per_page)] if len(todo) != len(keys) else ptrs
+            sub = [ptrs[i * per_page + j] for i in remaining for j in range(per_page)] if len(remaining) != len(keys) else ptrs
             try:
-                _fluxon.plan_copy(plan, sub, sizes, len(todo), True, self.copy_threads)
+                _fluxon.plan_copy(plan, sub, sizes, len(remaining), True, self.copy_threads)
             except fluxon.Error:
                 self.client.put_abort(plan)
                 raise
@@ -156,11 +156,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
             try:
                 fut.result(self.wait_timeout_s)
             except fluxon.Error:
-                self._count(set_failed=len(todo))
+                self._count(set_failed=len(remaining))
                 return results
-            for i in todo:
+            for i in remaining:
                 results[i] = True
-            self._count(set_pages=len(todo), set_bytes=len(todo) * value_len)
+            self._count(set_pages=len(remaining), set_bytes=len(remaining) * value_len)
             return results
         return results
 

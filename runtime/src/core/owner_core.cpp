@@ -381,7 +381,7 @@ std::vector<std::string> tp_siblings(const std::string& key) {
 void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
   // The exact cohort: the atomic group, and the same group of the other TP ranks when its keys
   // carry SGLang's "_<rank>_<size>" suffix (a half-evicted TP cohort restores on no rank).
-  std::vector<CohortId> todo{cohort};
+  std::vector<CohortId> remaining{cohort};
   if (cfg_.eviction_tp_cohorts) {
     auto c = cohorts_.find(cohort);
     if (c != cohorts_.end())
@@ -390,10 +390,10 @@ void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
           auto it = index_.find(sib);
           if (it == index_.end()) continue;
           CohortId other{it->second.put_id, it->second.group};
-          if (std::find(todo.begin(), todo.end(), other) == todo.end()) todo.push_back(other);
+          if (std::find(remaining.begin(), remaining.end(), other) == remaining.end()) remaining.push_back(other);
         }
   }
-  for (const auto& id : todo) evict_one_cohort(id, now, out);
+  for (const auto& id : remaining) evict_one_cohort(id, now, out);
 }
 
 void OwnerCore::evict_one_cohort(CohortId cohort, Millis now, Outbox& out) {
