@@ -303,7 +303,7 @@ def test_one_client_from_many_threads(client):
         assert s[k] == 0, k
 
 
-def test_close_while_other_threads_call(client_factory=None):
+def test_close_while_other_threads_call():
     """close() while calls are in flight on other threads: they fail cleanly (Closed), nothing crashes."""
     import threading
     c = fluxon.KvClient({"owners": [{"contribute_to_cluster_pool_size": {"dram": "64MiB"},
