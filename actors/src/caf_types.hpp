@@ -29,6 +29,7 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
+using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

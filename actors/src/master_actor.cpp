@@ -35,11 +35,32 @@ void export_metrics(MasterState& st) {
   m.counter("fluxon_master_lookups_total", "Lookup requests", c.lookups_total);
   m.counter("fluxon_master_lookup_keys_total", "Keys looked up", c.lookup_keys_total);
   m.counter("fluxon_master_lookup_hits_total", "Keys found by lookups", c.lookup_hits_total);
+  m.gauge("fluxon_master_replicas", "Replicas behind the live routes", double(st.core.replica_count()));
+  m.gauge("fluxon_master_inflight_gets", "Prepared remote gets (started, not done or revoked)",
+          double(st.core.inflight_get_count()));
+  m.counter("fluxon_master_replicas_published_total", "Replicas published (puts and remote gets)",
+            c.replicas_published_total);
+  m.counter("fluxon_master_replicas_removed_total", "Replicas removed", c.replicas_removed_total);
+  m.counter("fluxon_master_get_start_total", "BatchGetStart requests", c.get_start_total);
+  m.counter("fluxon_master_get_start_keys_total", "Keys asked by BatchGetStart", c.get_start_keys_total);
+  m.counter("fluxon_master_get_started_total", "Remote gets started (a source replica fenced)", c.get_started_total);
+  m.counter("fluxon_master_get_miss_total", "BatchGetStart keys without a route", c.get_miss_total);
+  m.counter("fluxon_master_get_busy_total", "BatchGetStart keys already inflight for the requester",
+            c.get_busy_total);
+  m.counter("fluxon_master_get_done_total", "Remote gets done", c.get_done_total);
+  m.counter("fluxon_master_get_done_stale_total", "GetDone items refused: the version changed or went",
+            c.get_done_stale_total);
+  m.counter("fluxon_master_get_revoked_total", "Remote gets revoked", c.get_revoked_total);
+  m.counter("fluxon_master_get_ttl_expired_total", "Remote gets expired by the inflight TTL",
+            c.get_ttl_expired_total);
+  m.counter("fluxon_master_remove_busy_total", "Route removals refused while a get read the replica",
+            c.remove_busy_total);
   m.counter("fluxon_master_errors_total", "Requests answered with an error", c.errors_total);
   m.counter("fluxon_master_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
 }
 
 caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics) {
+  self->state.core = MasterCore(mcfg.get_inflight_ttl_ms);
   if (metrics && mcfg.metrics_port != 0) {
     try {
       self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);
@@ -55,10 +76,11 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
           self->state.core.count_malformed();
           return Blob{encode(error_envelope(env.status()))};
         }
-        return Blob{encode(self->state.core.handle(**env))};
+        return Blob{encode(self->state.core.handle(**env, now_ms()))};
       },
       [=](Note&) { self->state.core.count_malformed(); },  // the master takes no one-way notes
       [=](tick_atom) {
+        self->state.core.tick(now_ms());
         export_metrics(self->state);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },

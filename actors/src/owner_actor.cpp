@@ -13,6 +13,7 @@
 #include "fluxon/core/owner_core.hpp"
 #include "fluxon/runtime/metrics.hpp"
 #include "fluxon/runtime/segment.hpp"
+#include "fluxon/runtime/transport.hpp"
 
 namespace fluxon::actors {
 
@@ -64,11 +65,72 @@ class Populator {
   std::thread t_;
 };
 
+// Runs data-plane fetches on threads of their own (the actor never blocks on a socket, P1) and
+// reports each finished batch back to the owner actor.
+class Fetcher {
+ public:
+  Fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner, uint32_t threads, uint32_t timeout_ms)
+      : seg_(std::move(seg)), owner_(std::move(owner)), tcp_(timeout_ms) {
+    for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~Fetcher() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void push(TransferBatch b) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      q_.push_back(std::move(b));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> g(m_);
+    while (true) {
+      cv_.wait(g, [&] { return stop_ || !q_.empty(); });
+      if (stop_) return;
+      TransferBatch b = std::move(q_.front());
+      q_.pop_front();
+      g.unlock();
+      std::vector<ReadRange> ranges;
+      ranges.reserve(b.items.size());
+      Status st = Status::ok();
+      for (const auto& it : b.items) {
+        if (it.dst_offset > seg_->size() || it.len > seg_->size() - it.dst_offset) {
+          st = Status(Code::kInternal, "fetch target outside the segment");
+          break;
+        }
+        ranges.push_back(ReadRange{it.src_offset, it.len, seg_->base() + it.dst_offset});
+      }
+      if (st.is_ok()) st = tcp_.read(b.host, b.port, b.source_generation, ranges);
+      if (auto owner = caf::actor_cast<caf::actor>(owner_))  // weak: the owner may have stopped
+        caf::anon_send(owner, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
+      g.lock();
+    }
+  }
+  std::shared_ptr<Segment> seg_;
+  caf::actor_addr owner_;
+  TcpFetcher tcp_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<TransferBatch> q_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 struct OwnerState {
   OwnerConfig::FaultInjection faults;
   std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
   std::unique_ptr<Populator> populator;
+  std::shared_ptr<DataServer> data_server;  // after the segment: stops before it is unmapped
+  std::unique_ptr<Fetcher> fetcher;
   std::unique_ptr<OwnerCore> core;
   caf::actor master;
   std::string master_host;  // daemon mode: where to reconnect when the master goes away
@@ -131,6 +193,55 @@ void export_metrics(OwnerState& st) {
   m.counter("fluxon_owner_evicted_bytes_total", "Slot bytes evicted for capacity", c.evicted_bytes_total);
   m.counter("fluxon_owner_eviction_rounds_total", "Eviction rounds that selected victims", c.eviction_rounds_total);
   m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);
+  const char* fh = "Per-key remote get flights by phase (G7)";
+  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_starting), {{"phase", "starting"}});
+  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_started), {{"phase", "started"}});
+  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_finishing), {{"phase", "finishing"}});
+  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_revoking), {{"phase", "revoking"}});
+  m.gauge("fluxon_owner_get_jobs", "BatchGetStart/Done/Revoke jobs awaiting the master", double(s.get_jobs));
+  m.gauge("fluxon_owner_pending_gets", "get_start requests waiting for the master", double(s.pending_gets));
+  const char* sh = "Keys inside transferable_len by source (P2)";
+  m.counter("fluxon_owner_get_prefix_keys_total", sh, c.get_local_keys_total, {{"source", "local"}});
+  m.counter("fluxon_owner_get_prefix_keys_total", sh, c.get_joined_keys_total, {{"source", "inflight_join"}});
+  m.counter("fluxon_owner_get_prefix_keys_total", sh, c.get_leader_keys_total, {{"source", "leader"}});
+  m.counter("fluxon_owner_get_required_keys_total", "Keys asked by get_start (required batch)",
+            c.get_required_keys_total);
+  m.counter("fluxon_owner_get_leaders_total", "Flights started by this owner (leader keys)",
+            c.get_flights_started_total);
+  m.counter("fluxon_owner_get_joins_total", "Keys that joined another batch's flight (GetStart/DMA saved)",
+            c.get_joins_total);
+  m.counter("fluxon_owner_get_master_batches_total", "BatchGetStart requests (one per leader batch)",
+            c.get_master_batches_total);
+  m.counter("fluxon_owner_get_master_retry_total", "Get jobs re-sent with the same identity (T1)",
+            c.get_master_retry_total);
+  m.counter("fluxon_owner_get_suffix_released_total", "Pins, waiters and leaders released past transferable_len",
+            c.get_suffix_released_total);
+  m.counter("fluxon_owner_get_remote_miss_total", "Leader keys the master had no route for", c.get_remote_miss_total);
+  m.counter("fluxon_owner_get_flights_ready_total", "Flights that made a local replica", c.get_flights_ready_total);
+  m.counter("fluxon_owner_get_flights_failed_total", "Flights that ended without a replica",
+            c.get_flights_failed_total);
+  m.counter("fluxon_owner_get_revoked_total", "Remote gets revoked", c.get_revoked_total);
+  m.counter("fluxon_owner_get_done_stale_total", "GetDone refused: the value changed while fetched",
+            c.get_done_stale_total);
+  m.counter("fluxon_owner_get_transfer_failed_total", "get_transfer calls failed by a remote key",
+            c.get_transfer_failed_total);
+  m.counter("fluxon_owner_get_wait_timeouts_total", "get_start decided without the master's answer",
+            c.get_wait_timeouts_total);
+  m.counter("fluxon_owner_transfer_batches_total", "Data-plane fetch batches (one per peer per round)",
+            c.transfer_batches_total);
+  m.counter("fluxon_owner_transfer_keys_total", "Values fetched over the data plane", c.transfer_keys_total);
+  m.counter("fluxon_owner_transfer_bytes_total", "Bytes fetched over the data plane", c.transfer_bytes_total);
+  m.counter("fluxon_owner_transfer_failures_total", "Fetch batches that failed", c.transfer_failures_total);
+  m.counter("fluxon_owner_remove_busy_total", "Route removals deferred while a peer read the copy",
+            c.remove_busy_total);
+  if (st.data_server) {
+    m.counter("fluxon_owner_data_served_bytes_total", "Bytes this owner served to peers",
+              st.data_server->bytes_served());
+    m.counter("fluxon_owner_data_served_requests_total", "Fetch requests this owner served",
+              st.data_server->requests_served());
+    m.counter("fluxon_owner_data_refused_requests_total", "Fetch requests refused (generation, range, protocol)",
+              st.data_server->requests_refused());
+  }
   m.counter("fluxon_owner_errors_total", "Requests answered with an error", c.errors_total);
   m.counter("fluxon_owner_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
   m.counter("fluxon_owner_generation_mismatch_total", "Requests for another owner generation",
@@ -203,6 +314,9 @@ void flush(Self* self, Outbox& out) {
       case OwnerOut::Kind::kMaster:
         send_to_master(self, o.token, o.env);
         break;
+      case OwnerOut::Kind::kTransfer:
+        st.fetcher->push(std::move(o.transfer));
+        break;
     }
   }
   out.clear();
@@ -238,13 +352,18 @@ void start_reconnect(Self* self) {
   try_connect(self);
 }
 
-caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig ocfg, uint64_t generation,
-                          caf::actor master, std::string master_host, uint16_t master_port, bool metrics) {
+caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_ptr<DataServer> data,
+                          OwnerConfig ocfg, uint64_t generation, caf::actor master, std::string master_host,
+                          uint16_t master_port, bool metrics) {
   auto& st = self->state;
   // The actor owns the segment from here on: it is unlinked when the actor stops.
   st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
+  st.core->set_data_address(ocfg.advertised_data_host(), data->port());
   st.segment = std::move(seg);
   st.populator = std::make_unique<Populator>(st.segment);
+  // The fetch threads go before the data server and the segment (state members die in reverse).
+  st.data_server = std::move(data);
+  st.fetcher = std::make_unique<Fetcher>(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
   st.master = master;
   st.master_host = std::move(master_host);
   st.master_port = master_port;
@@ -321,6 +440,12 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, OwnerConfig 
         flush(self, out);
       },
       [=](delayed_atom, uint64_t token, Blob& blob) { request_master(self, token, std::move(blob)); },
+      [=](fetched_atom, uint64_t id, uint8_t code, const std::string& msg) {
+        Outbox out;
+        Status result = code == 0 ? Status::ok() : Status(static_cast<Code>(code), msg);
+        self->state.core->on_transfer_done(id, result, now_ms(), out);
+        flush(self, out);
+      },
       [=](reconnect_atom) { try_connect(self); },
       [=](tick_atom) {
         auto& st = self->state;
@@ -348,7 +473,26 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
     return caf::actor{};
   }
   std::shared_ptr<Segment> shared(std::move(seg.value()));
-  return sys.spawn(owner_actor, std::move(shared), ocfg, generation, master, master_host, master_port, metrics);
+  // The data plane: TCP always; RDMA only when asked for, and only where a device exists.
+  const RdmaProbe rdma = rdma_probe();
+  if (ocfg.data_transport == "rdma") {
+    if (error)
+      *error = "data_transport: rdma requested but " + rdma.detail +
+               (rdma.available ? " (the RDMA data path is not built yet; use tcp or auto)" : "");
+    return caf::actor{};
+  }
+  const std::string bind_host = ocfg.data_host.empty() ? ocfg.listen_host : ocfg.data_host;
+  auto server = DataServer::start(bind_host, ocfg.data_port, shared->base(), shared->size(), generation);
+  if (!server.ok()) {
+    if (error) *error = server.status().to_string();
+    return caf::actor{};
+  }
+  if (metrics)  // daemons say which data plane they run; embedded clients stay quiet
+    std::fprintf(stderr, "fluxon owner: data plane tcp on %s:%u (RDMA: %s)\n", ocfg.advertised_data_host().c_str(),
+                 (*server)->port(), rdma.detail.c_str());
+  std::shared_ptr<DataServer> data(std::move(server.value()));
+  return sys.spawn(owner_actor, std::move(shared), std::move(data), ocfg, generation, master, master_host,
+                   master_port, metrics);
 }
 
 }  // namespace fluxon::actors

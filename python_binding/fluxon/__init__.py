@@ -45,6 +45,12 @@ class GetStartResult:
     first_miss_index: Optional[int]
     first_miss_group_index: Optional[int]
     all_hit: bool
+    # Where keys[:transferable_len] come from (P2): pinned local copies (L2), joins of another
+    # batch's remote fetch, fetches this call leads from remote owners (L3 = joined + leader).
+    local_keys: int = 0
+    joined_keys: int = 0
+    leader_keys: int = 0
+    remote_keys: int = 0
 
 
 class GetStartHandle:

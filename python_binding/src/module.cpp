@@ -286,6 +286,10 @@ PYBIND11_MODULE(_fluxon, m) {
              d["first_miss_index"] = opt_int(r.first_miss_index);
              d["first_miss_group_index"] = opt_int(r.first_miss_group_index);
              d["all_hit"] = r.all_hit;
+             d["local_keys"] = r.local_keys;
+             d["joined_keys"] = r.joined_keys;
+             d["leader_keys"] = r.leader_keys;
+             d["remote_keys"] = r.remote_keys();
              return py::make_tuple(h, d);
            })
       .def("get_transfer",

@@ -14,7 +14,8 @@ namespace {
 const std::set<std::string> kOwnerOnlyKeys = {
     "contribute_to_cluster_pool_size", "owner_local_reserve_expected_capacity",
     "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
-    "get_handle_ttl_ms", "node_id", "role"};
+    "get_handle_ttl_ms", "node_id", "role", "data_host", "data_port", "data_transport", "data_threads",
+    "data_timeout_ms", "get_start_wait_ms"};
 
 Status check_keys(const YAML::Node& n, const std::string& where, const std::set<std::string>& allowed) {
   if (!n.IsMap()) return invalid_argument(where + ": expected a mapping");
@@ -60,7 +61,8 @@ Status get_str(const YAML::Node& n, const std::string& key, const std::string& w
   } while (0)
 
 Status parse_master(const YAML::Node& n, MasterConfig& m) {
-  FLX_TRY(check_keys(n, "master", {"listen_host", "port", "metrics_port"}));
+  FLX_TRY(check_keys(n, "master", {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms"}));
+  FLX_TRY(get_uint(n, "get_inflight_ttl_ms", "master", m.get_inflight_ttl_ms));
   FLX_TRY(get_str(n, "listen_host", "master", m.listen_host));
   FLX_TRY(get_uint(n, "port", "master", m.port));
   if (n["metrics_port"] && n["metrics_port"].as<std::string>() == "0") m.metrics_port = 0;
@@ -75,7 +77,17 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "owner_local_reserve_expected_capacity", "local_reserve_soft_wait_ms",
                       "local_reserve_hard_timeout_ms", "get_handle_ttl_ms", "publish_retry_ms",
                       "master_rpc_timeout_ms", "fault_injection", "eviction", "eviction_max_bytes_per_round",
-                      "eviction_tp_cohorts"}));
+                      "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
+                      "data_timeout_ms", "get_start_wait_ms"}));
+  FLX_TRY(get_str(n, "data_host", where, o.data_host));
+  if (n["data_port"] && n["data_port"].as<std::string>() == "0") o.data_port = 0;
+  else FLX_TRY(get_uint(n, "data_port", where, o.data_port));
+  FLX_TRY(get_str(n, "data_transport", where, o.data_transport));
+  if (o.data_transport != "auto" && o.data_transport != "tcp" && o.data_transport != "rdma")
+    return invalid_argument(where + ".data_transport: must be auto, tcp or rdma");
+  FLX_TRY(get_uint(n, "data_threads", where, o.data_threads));
+  FLX_TRY(get_uint(n, "data_timeout_ms", where, o.data_timeout_ms));
+  FLX_TRY(get_uint(n, "get_start_wait_ms", where, o.get_start_wait_ms));
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));
   FLX_TRY(get_str(n, "listen_host", where, o.listen_host));

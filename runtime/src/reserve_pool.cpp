@@ -139,7 +139,7 @@ void ReservePool::make_free(SlotRef r) {
 }
 
 void ReservePool::abort(SlotRef r) {
-  Slot& s = grants_[r.grant].slots[r.index];
+  [[maybe_unused]] Slot& s = grants_[r.grant].slots[r.index];
   assert(s.state == SlotState::kPrepared);
   counts_.prepared--;
   make_free(r);
@@ -162,6 +162,30 @@ void ReservePool::route_live(SlotRef r) {
   s.holder_refs--;
   counts_.pending_local_visible--;
   counts_.committed++;
+}
+
+void ReservePool::begin_pending(SlotRef r) {
+  Slot& s = grants_[r.grant].slots[r.index];
+  assert(s.state == SlotState::kPrepared);
+  s.state = SlotState::kPending;
+  counts_.prepared--;
+  counts_.pending++;
+}
+
+void ReservePool::pending_live(SlotRef r) {
+  Slot& s = grants_[r.grant].slots[r.index];
+  assert(s.state == SlotState::kPending);
+  s.state = SlotState::kCommitted;
+  s.route_live = true;
+  counts_.pending--;
+  counts_.committed++;
+}
+
+void ReservePool::pending_abort(SlotRef r) {
+  [[maybe_unused]] Slot& s = grants_[r.grant].slots[r.index];
+  assert(s.state == SlotState::kPending);
+  counts_.pending--;
+  make_free(r);
 }
 
 void ReservePool::route_dropped(SlotRef r) {

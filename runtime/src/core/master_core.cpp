@@ -1,10 +1,63 @@
 #include "fluxon/core/master_core.hpp"
 
+#include <algorithm>
+
 namespace fluxon {
+
+namespace {
+Version item_version(uint32_t origin_node, uint64_t origin_generation, uint64_t origin_put_id, uint32_t node,
+                     uint64_t generation, uint64_t put_id) {
+  if (origin_node == 0) return Version{node, generation, put_id};
+  return Version{origin_node, origin_generation, origin_put_id};
+}
+}  // namespace
 
 uint64_t MasterCore::route_put_id(const std::string& key) const {
   auto it = routes_.find(key);
-  return it == routes_.end() ? 0 : it->second.put_id;
+  return it == routes_.end() ? 0 : it->second.ver.put_id;
+}
+
+std::vector<uint32_t> MasterCore::replica_nodes(const std::string& key) const {
+  std::vector<uint32_t> out;
+  auto it = routes_.find(key);
+  if (it != routes_.end())
+    for (const auto& r : it->second.replicas) out.push_back(r.node_id);
+  return out;
+}
+
+MasterCore::Replica* MasterCore::find_replica(Route& r, uint32_t node_id) {
+  for (auto& rep : r.replicas)
+    if (rep.node_id == node_id) return &rep;
+  return nullptr;
+}
+
+bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tombstone) {
+  auto it = routes_.find(key);
+  if (it == routes_.end()) return false;
+  auto& reps = it->second.replicas;
+  auto r = std::find_if(reps.begin(), reps.end(), [&](const Replica& x) { return x.node_id == node_id; });
+  if (r == reps.end()) return false;
+  if (tombstone) tombstones_[key] = Removed{it->second.ver, r->node_id, r->generation};
+  reps.erase(r);
+  replicas_--;
+  counters_.replicas_removed_total++;
+  node_keys_[node_id].erase(key);
+  if (reps.empty()) {
+    routes_.erase(it);
+    counters_.routes_removed_total++;
+  }
+  return true;
+}
+
+bool MasterCore::fenced(const std::string& key, uint32_t node_id, const Version&) const {
+  // Conservative: any get reading this node's copy of key holds it, whatever version it reads.
+  return reads_.count({key, node_id}) != 0;
+}
+
+void MasterCore::end_get(std::map<GetKey, GetFlight>::iterator it) {
+  auto f = reads_.find({it->first.first, it->second.source_node});
+  if (f != reads_.end() && --f->second == 0) reads_.erase(f);
+  gets_.erase(it);
 }
 
 uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
@@ -12,88 +65,288 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
   if (generation <= o.generation && o.generation != 0) return 0;
   uint64_t dropped = 0;
   if (o.generation != 0) {
-    auto& keys = node_keys_[node_id];
-    for (const auto& k : keys) {
-      auto it = routes_.find(k);
-      if (it != routes_.end() && it->second.node_id == node_id) {
-        routes_.erase(it);
-        dropped++;
-      }
+    const auto keys = std::move(node_keys_[node_id]);
+    node_keys_[node_id].clear();
+    for (const auto& k : keys) dropped += drop_replica(k, node_id, false) ? 1 : 0;
+    // Its prepared gets died with its memory; gets it was the source of fail at transfer time and
+    // are revoked by their requesters.
+    for (auto it = gets_.begin(); it != gets_.end();) {
+      auto next = std::next(it);
+      if (it->first.second == node_id) end_get(it);
+      it = next;
     }
-    keys.clear();
-    counters_.routes_removed_total += dropped;
   }
   o.generation = generation;
   counters_.owners_registered_total++;
   return dropped;
 }
 
-Envelope MasterCore::handle(const Envelope& req) {
-  if (auto* r = req.body.AsRegisterOwner()) {
-    if (r->generation != owners_[r->node_id].generation) {
-      // An older generation re-registering late is refused; a newer one takes over.
-      if (r->generation < owners_[r->node_id].generation) {
-        counters_.errors_total++;
-        return error_envelope(Status(Code::kGenerationMismatch, "node " + std::to_string(r->node_id) +
-                                                                    " generation " + std::to_string(r->generation) +
-                                                                    " is older than the registered one"));
+void MasterCore::tick(Millis now) {
+  for (auto it = gets_.begin(); it != gets_.end();) {
+    auto next = std::next(it);
+    if (now >= it->second.deadline) {
+      counters_.get_ttl_expired_total++;
+      end_get(it);
+    }
+    it = next;
+  }
+}
+
+Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
+  counters_.put_done_total++;
+  OwnerInfo& o = owners_[pd.node_id];
+  if (pd.generation > o.generation) admit_generation(pd.node_id, pd.generation);
+  wire::PutDoneReplyT rep;
+  rep.put_id = pd.put_id;
+  rep.results.reserve(pd.items.size());
+  bool duplicate = false;
+  for (const auto& item : pd.items) {
+    if (pd.generation < o.generation) {
+      rep.results.push_back(wire::PutItemResult::StaleGeneration);
+      counters_.put_done_stale_total++;
+      continue;
+    }
+    const Version v = item_version(item->origin_node, item->origin_generation, item->origin_put_id, pd.node_id,
+                                   pd.generation, pd.put_id);
+    auto it = routes_.find(item->key);
+    if (it != routes_.end()) {
+      Route& r = it->second;
+      if (r.ver == v) {
+        if (Replica* rep_on = find_replica(r, pd.node_id)) {
+          const bool same = rep_on->generation == pd.generation && rep_on->offset == item->offset;
+          rep.results.push_back(same ? wire::PutItemResult::Live : wire::PutItemResult::Exists);
+          if (same) duplicate = true;  // T1: the same identity again
+          else counters_.put_done_exists_total++;
+          continue;
+        }
+        // Another replica of the same version (a resync after a master restart).
+        r.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset});
+        replicas_++;
+        counters_.replicas_published_total++;
+        node_keys_[pd.node_id].insert(item->key);
+        rep.results.push_back(wire::PutItemResult::Live);
+        continue;
       }
+      // A newer local version replaces the owner's own route when nobody else holds a copy (T2).
+      const bool only_own = r.replicas.size() == 1 && r.replicas[0].node_id == pd.node_id &&
+                            r.replicas[0].generation == pd.generation;
+      const bool own_versions = v.origin_node == pd.node_id && v.origin_generation == pd.generation &&
+                                r.ver.origin_node == pd.node_id && r.ver.origin_generation == pd.generation;
+      if (only_own && own_versions && v.put_id > r.ver.put_id) {
+        r.ver = v;
+        r.len = item->len;
+        r.replicas[0].offset = item->offset;
+        rep.results.push_back(wire::PutItemResult::Live);
+        counters_.routes_published_total++;
+        continue;
+      }
+      rep.results.push_back(wire::PutItemResult::Exists);  // stale, or another version holds the key
+      counters_.put_done_exists_total++;
+      continue;
+    }
+    auto tomb = tombstones_.find(item->key);
+    if (tomb != tombstones_.end() && tomb->second.node_id == pd.node_id &&
+        tomb->second.generation == pd.generation && tomb->second.ver.origin_node == v.origin_node &&
+        tomb->second.ver.origin_generation == v.origin_generation && v.put_id <= tomb->second.ver.put_id) {
+      rep.results.push_back(wire::PutItemResult::Exists);  // a removed version stays removed
+      counters_.put_done_exists_total++;
+      continue;
+    }
+    if (tomb != tombstones_.end()) tombstones_.erase(tomb);
+    routes_.emplace(item->key, Route{v, item->len, {Replica{pd.node_id, pd.generation, item->offset}}});
+    replicas_++;
+    node_keys_[pd.node_id].insert(item->key);
+    rep.results.push_back(wire::PutItemResult::Live);
+    counters_.routes_published_total++;
+    counters_.replicas_published_total++;
+  }
+  if (duplicate) counters_.put_done_duplicate_total++;
+  return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
+  counters_.get_start_total++;
+  counters_.get_start_keys_total += req.items.size();
+  OwnerInfo& o = owners_[req.node_id];
+  if (req.generation > o.generation) admit_generation(req.node_id, req.generation);
+  wire::BatchGetStartReplyT rep;
+  for (const auto& item : req.items) {
+    auto s = std::make_unique<wire::GetSourceT>();
+    s->get_id = item->get_id;
+    auto fill = [&](const Route& r, const Replica& src) {
+      s->status = wire::GetStartStatus::Started;
+      s->source_node = src.node_id;
+      s->source_generation = src.generation;
+      s->offset = src.offset;
+      s->len = r.len;
+      s->origin_node = r.ver.origin_node;
+      s->origin_generation = r.ver.origin_generation;
+      s->origin_put_id = r.ver.put_id;
+      const OwnerInfo& so = owners_[src.node_id];
+      s->data_host = so.data_host;
+      s->data_port = so.data_port;
+    };
+    if (req.generation < o.generation) {
+      s->status = wire::GetStartStatus::StaleGeneration;
+      rep.items.push_back(std::move(s));
+      continue;
+    }
+    const GetKey gk{item->key, req.node_id};
+    auto route = routes_.find(item->key);
+    auto g = gets_.find(gk);
+    if (g != gets_.end()) {
+      Replica* src = route == routes_.end() ? nullptr : find_replica(route->second, g->second.source_node);
+      if (g->second.get_id == item->get_id && src && route->second.ver == g->second.ver) {
+        fill(route->second, *src);  // T1: the same get again, the same answer
+      } else if (g->second.get_id == item->get_id) {
+        end_get(g);  // its source is gone: a miss now
+        s->status = wire::GetStartStatus::Miss;
+        counters_.get_miss_total++;
+      } else {
+        s->status = wire::GetStartStatus::Busy;  // G6: one prepared get per (key, requester)
+        counters_.get_busy_total++;
+      }
+      rep.items.push_back(std::move(s));
+      continue;
+    }
+    if (route == routes_.end()) {
+      s->status = wire::GetStartStatus::Miss;
+      counters_.get_miss_total++;
+      rep.items.push_back(std::move(s));
+      continue;
+    }
+    Route& r = route->second;
+    if (Replica* mine = find_replica(r, req.node_id); mine && mine->generation == req.generation) {
+      s->status = wire::GetStartStatus::AlreadyLocal;
+      rep.items.push_back(std::move(s));
+      continue;
+    }
+    // The source: the replica with the fewest reads in flight.
+    const Replica* best = nullptr;
+    uint32_t best_reads = 0;
+    for (const auto& x : r.replicas) {
+      if (x.node_id == req.node_id) continue;
+      auto f = reads_.find({item->key, x.node_id});
+      const uint32_t n = f == reads_.end() ? 0 : f->second;
+      if (!best || n < best_reads) best = &x, best_reads = n;
+    }
+    if (!best) {
+      s->status = wire::GetStartStatus::Miss;
+      counters_.get_miss_total++;
+      rep.items.push_back(std::move(s));
+      continue;
+    }
+    gets_.emplace(gk, GetFlight{item->get_id, req.generation, best->node_id, r.ver, now + get_ttl_ms_});
+    reads_[{item->key, best->node_id}]++;
+    counters_.get_started_total++;
+    fill(r, *best);
+    rep.items.push_back(std::move(s));
+  }
+  return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
+  const OwnerInfo& o = owners_[req.node_id];
+  wire::BatchGetDoneReplyT rep;
+  for (const auto& item : req.items) {
+    auto g = gets_.find({item->key, req.node_id});
+    auto route = routes_.find(item->key);
+    if (g != gets_.end() && g->second.get_id == item->get_id) {
+      const Version ver = g->second.ver;
+      const uint64_t gen = g->second.requester_generation;
+      end_get(g);
+      counters_.get_done_total++;
+      if (route == routes_.end() || !(route->second.ver == ver) || gen != req.generation ||
+          req.generation < o.generation) {
+        counters_.get_done_stale_total++;
+        rep.results.push_back(wire::GetDoneStatus::Stale);  // the version went: the copy is not published
+        continue;
+      }
+      if (Replica* mine = find_replica(route->second, req.node_id)) {
+        // T2: a copy of this version is live on the requester already; the loser frees its slot.
+        const bool same = mine->generation == req.generation && mine->offset == item->offset;
+        if (!same) counters_.get_done_stale_total++;
+        rep.results.push_back(same ? wire::GetDoneStatus::Live : wire::GetDoneStatus::Stale);
+        continue;
+      }
+      route->second.replicas.push_back(Replica{req.node_id, req.generation, item->offset});
+      replicas_++;
+      counters_.replicas_published_total++;
+      node_keys_[req.node_id].insert(item->key);
+      rep.results.push_back(wire::GetDoneStatus::Live);
+      continue;
+    }
+    // Not inflight: a re-sent Done that already settled (T1) is Live; anything else is stale.
+    bool live = false;
+    if (route != routes_.end())
+      if (Replica* mine = find_replica(route->second, req.node_id))
+        live = mine->generation == req.generation && mine->offset == item->offset;
+    if (!live) counters_.get_done_stale_total++;
+    rep.results.push_back(live ? wire::GetDoneStatus::Live : wire::GetDoneStatus::Stale);
+  }
+  return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::get_revoke(const wire::BatchGetRevokeT& req) {
+  wire::BatchGetRevokeReplyT rep;
+  for (const auto& item : req.items) {
+    auto g = gets_.find({item->key, req.node_id});
+    const bool known = g != gets_.end() && g->second.get_id == item->get_id;
+    if (known) {
+      end_get(g);
+      counters_.get_revoked_total++;
+    }
+    rep.known.push_back(known);
+  }
+  return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
+  wire::RemoveRoutesReplyT rep;
+  for (const auto& item : rr.items) {
+    const Version v = item_version(item->origin_node, item->origin_generation, item->put_id, item->node_id,
+                                   item->generation, item->put_id);
+    auto it = routes_.find(item->key);
+    // Only the exact replica of the exact version goes: never a newer one (identity beats flags).
+    bool match = false;
+    if (it != routes_.end() && it->second.ver == v)
+      if (Replica* r = find_replica(it->second, item->node_id)) match = r->generation == item->generation;
+    if (fenced(item->key, item->node_id, v)) {
+      counters_.remove_busy_total++;
+      rep.removed.push_back(false);
+      rep.busy.push_back(true);
+      continue;
+    }
+    if (match) drop_replica(item->key, item->node_id, true);
+    rep.removed.push_back(match);
+    rep.busy.push_back(false);
+  }
+  return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::handle(const Envelope& req, Millis now) {
+  if (auto* r = req.body.AsRegisterOwner()) {
+    if (r->generation < owners_[r->node_id].generation) {
+      // An older generation re-registering late is refused; a newer one takes over.
+      counters_.errors_total++;
+      return error_envelope(Status(Code::kGenerationMismatch, "node " + std::to_string(r->node_id) +
+                                                                  " generation " + std::to_string(r->generation) +
+                                                                  " is older than the registered one"));
     }
     wire::RegisterOwnerReplyT rep;
     rep.routes_dropped = admit_generation(r->node_id, r->generation);
-    owners_[r->node_id].role = r->role;
-    owners_[r->node_id].segment_len = r->segment_len;
+    OwnerInfo& o = owners_[r->node_id];
+    o.role = r->role;
+    o.segment_len = r->segment_len;
+    o.data_host = r->data_host;
+    o.data_port = r->data_port;
     return make_envelope(std::move(rep));
   }
-  if (auto* pd = req.body.AsPutDone()) {
-    counters_.put_done_total++;
-    OwnerInfo& o = owners_[pd->node_id];
-    if (pd->generation > o.generation) admit_generation(pd->node_id, pd->generation);
-    wire::PutDoneReplyT rep;
-    rep.put_id = pd->put_id;
-    rep.results.reserve(pd->items.size());
-    bool duplicate = false;
-    for (const auto& item : pd->items) {
-      if (pd->generation < o.generation) {
-        rep.results.push_back(wire::PutItemResult::StaleGeneration);
-        counters_.put_done_stale_total++;
-        continue;
-      }
-      auto it = routes_.find(item->key);
-      if (it != routes_.end()) {
-        Route& r = it->second;
-        const bool same_owner = r.node_id == pd->node_id && r.generation == pd->generation;
-        if (same_owner && r.put_id == pd->put_id) {  // T1: the same identity again
-          rep.results.push_back(wire::PutItemResult::Live);
-          duplicate = true;
-          continue;
-        }
-        if (same_owner && pd->put_id > r.put_id) {  // a newer local version replaces it (T2)
-          r = Route{pd->node_id, pd->generation, pd->put_id, item->offset, item->len};
-          rep.results.push_back(wire::PutItemResult::Live);
-          counters_.routes_published_total++;
-          continue;
-        }
-        rep.results.push_back(wire::PutItemResult::Exists);  // stale or another owner's key
-        counters_.put_done_exists_total++;
-        continue;
-      }
-      auto tomb = tombstones_.find(item->key);
-      if (tomb != tombstones_.end() && tomb->second.node_id == pd->node_id &&
-          tomb->second.generation == pd->generation && pd->put_id <= tomb->second.put_id) {
-        rep.results.push_back(wire::PutItemResult::Exists);  // a removed version stays removed
-        counters_.put_done_exists_total++;
-        continue;
-      }
-      if (tomb != tombstones_.end()) tombstones_.erase(tomb);
-      routes_.emplace(item->key, Route{pd->node_id, pd->generation, pd->put_id, item->offset, item->len});
-      node_keys_[pd->node_id].insert(item->key);
-      rep.results.push_back(wire::PutItemResult::Live);
-      counters_.routes_published_total++;
-    }
-    if (duplicate) counters_.put_done_duplicate_total++;
-    return make_envelope(std::move(rep));
-  }
+  if (auto* pd = req.body.AsPutDone()) return put_done(*pd);
+  if (auto* gs = req.body.AsBatchGetStart()) return get_start(*gs, now);
+  if (auto* gd = req.body.AsBatchGetDone()) return get_done(*gd);
+  if (auto* gr = req.body.AsBatchGetRevoke()) return get_revoke(*gr);
+  if (auto* rr = req.body.AsRemoveRoutes()) return remove_routes(*rr);
   if (auto* lk = req.body.AsLookup()) {
     counters_.lookups_total++;
     counters_.lookup_keys_total += lk->keys.size();
@@ -103,31 +356,17 @@ Envelope MasterCore::handle(const Envelope& req) {
       auto it = routes_.find(k);
       if (it != routes_.end()) {
         counters_.lookup_hits_total++;
+        const Route& r = it->second;
         info->found = true;
-        info->node_id = it->second.node_id;
-        info->generation = it->second.generation;
-        info->put_id = it->second.put_id;
-        info->offset = it->second.offset;
-        info->len = it->second.len;
+        info->node_id = r.replicas[0].node_id;
+        info->generation = r.replicas[0].generation;
+        info->put_id = r.ver.put_id;
+        info->offset = r.replicas[0].offset;
+        info->len = r.len;
+        info->replicas = uint32_t(r.replicas.size());
+        info->origin_node = r.ver.origin_node;
       }
       rep.routes.push_back(std::move(info));
-    }
-    return make_envelope(std::move(rep));
-  }
-  if (auto* rr = req.body.AsRemoveRoutes()) {
-    wire::RemoveRoutesReplyT rep;
-    for (const auto& item : rr->items) {
-      auto it = routes_.find(item->key);
-      // Only the exact version goes: never a newer one (identity beats flags).
-      const bool match = it != routes_.end() && it->second.node_id == item->node_id &&
-                         it->second.generation == item->generation && it->second.put_id == item->put_id;
-      if (match) {
-        tombstones_[item->key] = it->second;
-        routes_.erase(it);
-        node_keys_[item->node_id].erase(item->key);
-        counters_.routes_removed_total++;
-      }
-      rep.removed.push_back(match);
     }
     return make_envelope(std::move(rep));
   }
@@ -138,6 +377,12 @@ Envelope MasterCore::handle(const Envelope& req) {
     rep.put_done_total = counters_.put_done_total;
     rep.put_done_duplicate_total = counters_.put_done_duplicate_total;
     rep.lookups_total = counters_.lookups_total;
+    rep.replicas = replicas_;
+    rep.inflight_gets = gets_.size();
+    rep.get_started_total = counters_.get_started_total;
+    rep.get_done_total = counters_.get_done_total;
+    rep.get_revoked_total = counters_.get_revoked_total;
+    rep.remove_busy_total = counters_.remove_busy_total;
     return make_envelope(std::move(rep));
   }
   if (auto* p = req.body.AsPing()) return make_envelope(wire::PongT{{}, p->seq});

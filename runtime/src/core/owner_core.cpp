@@ -27,6 +27,8 @@ Envelope OwnerCore::register_request() const {
   r.generation = generation_;
   r.role = cfg_.role;
   r.segment_len = segment_len_;
+  r.data_host = data_host_;
+  r.data_port = data_port_;
   return make_envelope(std::move(r));
 }
 
@@ -112,6 +114,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   if (auto* p = req.body.AsPutCommitReq()) return put_commit(token, session, p->put_id, now, out);
   if (auto* p = req.body.AsPutAbortReq()) return put_abort(token, session, p->put_id, out);
   if (auto* p = req.body.AsGetStartReq()) return get_start(token, session, *p, now, out);
+  if (auto* p = req.body.AsGetTransferReq()) return get_transfer(token, session, *p, now, out);
   reply_error(session, token,
               Status(Code::kMalformedMessage, std::string("unexpected request ") + body_name(req)), out);
 }
@@ -140,7 +143,7 @@ bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartRe
     if (req.reject_if_exist_same_key && index_.count(k)) {
       conflict.indices.push_back(i);
       conflict.reasons.push_back(ConflictReason::kExists);
-    } else if (req.reject_if_inflight_same_key && inflight_.count(k)) {
+    } else if (req.reject_if_inflight_same_key && (inflight_.count(k) || flight_of_.count(k))) {
       conflict.indices.push_back(i);
       conflict.reasons.push_back(ConflictReason::kInflight);
     }
@@ -225,7 +228,7 @@ void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Mi
       erase_entry(old);
       supersede(k, prev, now, out);
     }
-    index_[k] = Entry{put_id, plan.slots[i], plan.value_len, false, group};
+    index_[k] = Entry{put_id, plan.slots[i], plan.value_len, false, group, Version{cfg_.node_id, generation_, put_id}};
     cohorts_[{put_id, group}].push_back(k);
     job.offsets.push_back(pool_.slot_offset(plan.slots[i]));
     job.lens.push_back(plan.value_len);
@@ -249,12 +252,17 @@ void OwnerCore::send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbo
     item->key = job.keys[i];
     item->offset = job.offsets[i];
     item->len = job.lens[i];
+    if (!job.origins.empty()) {
+      item->origin_node = job.origins[i].origin_node;
+      item->origin_generation = job.origins[i].origin_generation;
+      item->origin_put_id = job.origins[i].put_id;
+    }
     pd.items.push_back(std::move(item));
   }
   // Earlier attempts stay answerable: any reply for this identity settles the job (T1).
   job.tokens.push_back(next_master_token_++);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {true, put_id};
+  master_tokens_[job.tokens.back()] = {JobKind::kPublish, put_id};
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), make_envelope(std::move(pd))});
 }
 
@@ -269,7 +277,7 @@ void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox&
   }
   if (old.live) {
     // Route first: the slot stays route_live until the master confirms the removal.
-    queue_remove({key}, {old.put_id}, {old.slot}, now, out);
+    queue_remove({key}, {old.ver}, {old.slot}, now, out);
   } else {
     // Its publish job still runs: mark the item superseded; the job settles it on reply.
     auto j = publish_.find(old.put_id);
@@ -280,10 +288,10 @@ void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox&
   }
 }
 
-void OwnerCore::queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
+void OwnerCore::queue_remove(std::vector<std::string> keys, std::vector<Version> versions,
                              std::vector<SlotRef> slots, Millis now, Outbox& out) {
   const uint64_t id = next_remove_job_++;
-  auto [it, _] = removes_.emplace(id, RemoveJob{std::move(keys), std::move(put_ids), std::move(slots), {}, 0});
+  auto [it, _] = removes_.emplace(id, RemoveJob{std::move(keys), std::move(versions), std::move(slots), {}, 0});
   send_remove(id, it->second, now, out);
 }
 
@@ -294,12 +302,14 @@ void OwnerCore::send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox&
     item->key = job.keys[i];
     item->node_id = cfg_.node_id;
     item->generation = generation_;
-    item->put_id = job.put_ids[i];
+    item->put_id = job.versions[i].put_id;
+    item->origin_node = job.versions[i].origin_node;
+    item->origin_generation = job.versions[i].origin_generation;
     rr.items.push_back(std::move(item));
   }
   job.tokens.push_back(next_master_token_++);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {false, job_id};
+  master_tokens_[job.tokens.back()] = {JobKind::kRemove, job_id};
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), make_envelope(std::move(rr))});
 }
 
@@ -431,57 +441,6 @@ void OwnerCore::put_abort(uint64_t token, uint64_t session, uint64_t put_id, Out
   reply(OwnerOut::Kind::kReply, session, token, make_envelope(wire::PutAbortReplyT{{}, put_id}), out);
 }
 
-void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out) {
-  const size_t n = req.keys.size();
-  std::optional<std::vector<uint32_t>> groups;
-  if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
-  Status st = validate_keys(req.keys);
-  if (st.is_ok()) st = validate_group_lens(groups, n);
-  if (!st.is_ok()) return reply_error(session, token, st, out);
-  counters_.get_start_total++;
-  counters_.get_keys_total += n;
-  // V1: a precommit (pending) entry is a local hit, exactly like a live one.
-  std::vector<bool> hits(n);
-  std::vector<const Entry*> entries(n, nullptr);
-  for (size_t i = 0; i < n; ++i) {
-    auto it = index_.find(req.keys[i]);
-    if (it != index_.end()) {
-      hits[i] = true;
-      entries[i] = &it->second;
-      if (it->second.live) resident_.touch(req.keys[i]);  // eviction order follows reads too
-    }
-  }
-  PrefixResult pr = compute_prefix(hits, groups, req.prefix_best_effort);
-  wire::GetStartReplyT r;
-  r.raw_prefix_hit_len = pr.raw_prefix_hit_len;
-  r.transferable_len = pr.transferable_len;
-  r.prefix_hit_groups = pr.prefix_hit_groups;
-  r.first_miss_index = pr.first_miss_index ? int64_t(*pr.first_miss_index) : -1;
-  r.first_miss_group_index = pr.first_miss_group_index ? int64_t(*pr.first_miss_group_index) : -1;
-  counters_.get_hit_keys_total += pr.transferable_len;
-  // G5: only keys[:transferable_len] are pinned; nothing past it is held even for an instant.
-  if (pr.transferable_len > 0) {
-    Session& sess = sessions_[session];
-    Handle h{session, {}, now + cfg_.get_handle_ttl_ms};
-    h.holdings.reserve(pr.transferable_len);
-    for (uint32_t i = 0; i < pr.transferable_len; ++i) {
-      const Entry& e = *entries[i];
-      const uint64_t hid = next_holding_++;  // non-zero, unique per export
-      pool_.add_holder(e.slot);
-      holdings_.emplace(hid, Holding{e.slot, session});
-      sess.holdings.insert(hid);
-      h.holdings.push_back(hid);
-      r.offsets.push_back(pool_.slot_offset(e.slot));
-      r.lens.push_back(e.len);
-      r.holding_ids.push_back(hid);
-    }
-    r.handle_id = next_handle_++;
-    sess.handles.insert(r.handle_id);
-    handles_.emplace(r.handle_id, std::move(h));
-  }
-  reply(OwnerOut::Kind::kReply, session, token, make_envelope(std::move(r)), out);
-}
-
 void OwnerCore::release_holding(uint64_t holding_id, uint64_t session) {
   auto it = holdings_.find(holding_id);
   if (it == holdings_.end() || it->second.session != session) return;  // identity beats flags
@@ -510,7 +469,13 @@ void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
     for (auto& hd : ack->handles) {
       auto it = handles_.find(hd->handle_id);
       if (it != handles_.end() && it->second.session == session) {
-        drop_handle(hd->handle_id);
+        // Inline: the client owns the holdings and names the ones it releases. OwnerRpc: the
+        // owner still holds everything the handle retains.
+        if (it->second.owner_rpc) {
+          if (it->second.waiting_token == 0) release_handle(hd->handle_id, now, out);
+        } else {
+          drop_handle(hd->handle_id);
+        }
       }
       counters_.get_tail_released_total += hd->release_holding_ids.size();
       for (uint64_t hid : hd->release_holding_ids) release_holding(hid, session);
@@ -526,9 +491,11 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
   now_ = now;
   auto t = master_tokens_.find(token);
   if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
-  auto [is_publish, id] = t->second;
+  auto [kind, id] = t->second;
   if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
-  if (is_publish) {
+  if (kind == JobKind::kGet) {
+    on_get_job_reply(id, reply_env, now, out);
+  } else if (kind == JobKind::kPublish) {
     auto j = publish_.find(id);
     auto* pr = reply_env.body.AsPutDoneReply();
     // Identity mismatch: keep the job, tick() re-sends.
@@ -543,7 +510,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     }
     Status result = Status::ok();
     std::vector<std::string> rm_keys;
-    std::vector<uint64_t> rm_ids;
+    std::vector<Version> rm_ids;
     std::vector<SlotRef> rm_slots;
     for (size_t i = 0; i < job.keys.size(); ++i) {
       const bool superseded = job.superseded[i];
@@ -554,7 +521,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
         if (superseded) {
           // A newer version replaced it locally: remove this route, then the slot (S2).
           rm_keys.push_back(job.keys[i]);
-          rm_ids.push_back(id);
+          rm_ids.push_back(Version{cfg_.node_id, generation_, id});
           rm_slots.push_back(job.slots[i]);
         } else {
           Entry& e = index_[job.keys[i]];
@@ -593,15 +560,31 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     auto j = removes_.find(id);
     auto* rr = reply_env.body.AsRemoveRoutesReply();
     if (j == removes_.end() || !rr || rr->removed.size() != j->second.keys.size()) return;
-    for (uint64_t tok : j->second.tokens) master_tokens_.erase(tok);
-    // Removed or already absent: either way no master route references the slot now.
-    for (SlotRef s : j->second.slots) {
-      pool_.route_dropped(s);
-      settle_evicting(s);
+    RemoveJob& job = j->second;
+    for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
+    job.tokens.clear();
+    RemoveJob busy;
+    for (size_t i = 0; i < job.keys.size(); ++i) {
+      if (i < rr->busy.size() && rr->busy[i]) {
+        // A remote get reads this copy now (activity fence): keep the slot, ask again later.
+        counters_.remove_busy_total++;
+        busy.keys.push_back(job.keys[i]);
+        busy.versions.push_back(job.versions[i]);
+        busy.slots.push_back(job.slots[i]);
+        continue;
+      }
+      // Removed or already absent: either way no master route references the slot now.
+      pool_.route_dropped(job.slots[i]);
+      settle_evicting(job.slots[i]);
       live_routes_--;
       counters_.route_remove_total++;
     }
-    removes_.erase(j);
+    if (busy.keys.empty()) {
+      removes_.erase(j);
+    } else {
+      busy.next_send = now + cfg_.publish_retry_ms;
+      job = std::move(busy);
+    }
   }
   if (pool_.take_freed()) serve_waiters(out);
 }
@@ -618,6 +601,7 @@ void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
     j.slots.push_back(e.slot);
     j.offsets.push_back(pool_.slot_offset(e.slot));
     j.lens.push_back(e.len);
+    j.origins.push_back(e.ver);
   }
   for (auto& [put_id, job] : by_put) {
     if (publish_.count(put_id)) continue;
@@ -629,12 +613,13 @@ void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
   for (auto& [put_id, job] : publish_)
     if (!job.resync) send_publish(put_id, job, now, out);
   for (auto& [id, job] : removes_) send_remove(id, job, now, out);
+  for (auto& [id, job] : get_jobs_) send_get_job(id, job, now, out);
 }
 
 void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Millis now,
                               Outbox& out) {
   std::vector<std::string> rm_keys;
-  std::vector<uint64_t> rm_ids;
+  std::vector<Version> rm_ids;
   std::vector<SlotRef> rm_slots;
   for (size_t i = 0; i < job.keys.size(); ++i) {
     const bool live = reply.results[i] == wire::PutItemResult::Live;
@@ -642,7 +627,7 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
       // Replaced or removed here while the re-publication was in flight: route first, then S2.
       if (live) {
         rm_keys.push_back(job.keys[i]);
-        rm_ids.push_back(put_id);
+        rm_ids.push_back(job.origins.empty() ? Version{cfg_.node_id, generation_, put_id} : job.origins[i]);
         rm_slots.push_back(job.slots[i]);
       } else {
         pool_.route_dropped(job.slots[i]);
@@ -679,16 +664,24 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   for (auto& [id, job] : removes_) {
     if (now >= job.next_send) send_remove(id, job, now, out);
   }
-  // Handle TTL: the same release path as cancel.
+  for (auto& [id, job] : get_jobs_) {
+    if (now >= job.next_send) {
+      counters_.get_master_retry_total++;
+      send_get_job(id, job, now, out);
+    }
+  }
+  // Handle TTL: the same release path as cancel (a handle with a parked get_transfer is bounded
+  // by its transfer deadline instead).
   std::vector<uint64_t> expired;
   for (auto& [hid, h] : handles_)
-    if (now >= h.deadline) expired.push_back(hid);
+    if (now >= h.deadline && h.waiting_token == 0) expired.push_back(hid);
   for (uint64_t hid : expired) {
-    auto h = handles_.at(hid);
     counters_.handle_ttl_expired_total++;
-    drop_handle(hid);
-    for (uint64_t id : h.holdings) release_holding(id, h.session);
+    release_handle(hid, now, out);
   }
+  serve_pending_gets(now, out, true);
+  serve_transfers(now, out);
+  launch_transfers(now, out);
   // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
   // soft wait is noted, the hard timeout fails the claim naming its stage.
   serve_waiters(out);
@@ -734,7 +727,15 @@ void OwnerCore::close_session(uint64_t session, Outbox& out) {
     }
     plans_.erase(p);
   }
-  for (uint64_t h : s.handles) handles_.erase(h);
+  for (auto p = pending_gets_.begin(); p != pending_gets_.end();) {
+    if (p->second.session == session) {
+      for (const auto& item : p->second.items) release_item(item, now_, out);
+      p = pending_gets_.erase(p);
+    } else {
+      ++p;
+    }
+  }
+  for (uint64_t h : s.handles) release_handle(h, now_, out);
   for (uint64_t hid : s.holdings) {
     auto h = holdings_.find(hid);
     if (h == holdings_.end()) continue;
@@ -760,6 +761,15 @@ wire::StatsReplyT OwnerCore::stats() const {
   r.routes = live_routes_;
   r.sessions = sessions_.size();
   r.publish_jobs = publish_.size() + removes_.size();
+  for (const auto& [id, f] : flights_) {
+    if (f.phase == Phase::kStarting) r.flights_starting++;
+    else if (f.phase == Phase::kStarted) r.flights_started++;
+    else if (f.phase == Phase::kFinishing) r.flights_finishing++;
+  }
+  for (const auto& [id, j] : get_jobs_)
+    if (j.kind == GetJob::Kind::kRevoke) r.flights_revoking += j.keys.size();
+  r.get_jobs = get_jobs_.size();
+  r.pending_gets = pending_gets_.size();
   return r;
 }
 

@@ -54,7 +54,7 @@ void Cluster::flush(int owner, Outbox& out) {
         send_over(to_master, [this, owner, token, bytes, epoch] {
           if (epoch != master_epoch_) return;  // sent to a master that has since died
           auto req = decode(*bytes);
-          Envelope rep = req.ok() ? master_.handle(**req) : error_envelope(req.status());
+          Envelope rep = req.ok() ? master_.handle(**req, now_) : error_envelope(req.status());
           auto rbytes = std::make_shared<Bytes>(encode(rep));
           send_over(from_master, [this, owner, token, rbytes, epoch] {
             if (epoch != master_epoch_) return;  // the connection died with that master
@@ -67,9 +67,44 @@ void Cluster::flush(int owner, Outbox& out) {
         });
         break;
       }
+      case OwnerOut::Kind::kTransfer: {
+        // The fetch reads the source's bytes when it ends (like a real transfer, it sees what the
+        // source holds then); a failed one writes nothing.
+        auto batch = std::make_shared<TransferBatch>(std::move(o.transfer));
+        std::uniform_real_distribution<double> u(0, 1);
+        std::uniform_int_distribution<Millis> d(data.min_delay, std::max(data.min_delay, data.max_delay));
+        const bool fail = u(rng_) < data.drop;
+        schedule(d(rng_), [this, owner, batch, fail] {
+          Status st = Status::ok();
+          const int src = int(batch->source_node) - 1;
+          if (fail) st = Status(Code::kTimeout, "sim: data link failed");
+          else if (src < 0 || src >= int(owners_.size()) || owners_[src].core->generation() != batch->source_generation)
+            st = Status(Code::kGenerationMismatch, "sim: no such owner generation");
+          if (st.is_ok()) {
+            for (const auto& it : batch->items) {
+              auto m = owners_[src].mem.find(it.src_offset);
+              std::vector<uint8_t> bytes = m == owners_[src].mem.end() ? std::vector<uint8_t>() : m->second;
+              bytes.resize(it.len);
+              owners_[owner].mem[it.dst_offset] = std::move(bytes);
+            }
+            transfers_done_++;
+          } else {
+            transfers_failed_++;
+          }
+          Outbox out2;
+          owners_[owner].core->on_transfer_done(batch->id, st, now_, out2);
+          flush(owner, out2);
+        });
+        break;
+      }
     }
   }
   out.clear();
+}
+
+std::vector<uint8_t> Cluster::read(int owner, uint64_t offset) const {
+  auto it = owners_[owner].mem.find(offset);
+  return it == owners_[owner].mem.end() ? std::vector<uint8_t>() : it->second;
 }
 
 void Cluster::restart_master() {
@@ -96,6 +131,7 @@ void Cluster::run_for(Millis ms) {
   const Millis end = now_ + ms;
   while (now_ < end) {
     step_to(now_ + 1);
+    master_.tick(now_);
     for (size_t i = 0; i < owners_.size(); ++i) {
       Outbox out;
       owners_[i].core->tick(now_, out);
@@ -119,6 +155,22 @@ uint64_t Cluster::open_session(int owner) {
 }
 
 Envelope Cluster::call(int owner, uint64_t session, Envelope req, Millis limit) {
+  return wait(send(owner, session, std::move(req)), limit);
+}
+
+void Cluster::remove_key(int owner, const std::string& key) {
+  Outbox out;
+  owners_[owner].core->remove_key(key, now_, out);
+  flush(owner, out);
+}
+
+void Cluster::close_session(int owner, uint64_t session) {
+  Outbox out;
+  owners_[owner].core->close_session(session, out);
+  flush(owner, out);
+}
+
+uint64_t Cluster::send(int owner, uint64_t session, Envelope req) {
   const uint64_t token = next_token_++;
   req.session_id = session;
   // The client channel is same-host: it is not faulty, but it does go through the codec.
@@ -126,6 +178,10 @@ Envelope Cluster::call(int owner, uint64_t session, Envelope req, Millis limit) 
   Outbox out;
   owners_[owner].core->on_client_request(token, **dec, now_, out);
   flush(owner, out);
+  return token;
+}
+
+Envelope Cluster::wait(uint64_t token, Millis limit) {
   if (!run_until([&] { return replies_.count(token) > 0; }, limit))
     return error_envelope(Status(Code::kTimeout, "sim: no reply within limit"));
   Envelope rep = std::move(replies_.at(token));

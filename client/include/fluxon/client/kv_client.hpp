@@ -27,7 +27,13 @@ struct PutOptionalArgs {
   std::optional<uint64_t> lease_id;
 };
 
-using GetStartResult = PrefixResult;
+// The prefix math of PrefixResult, plus where keys[:transferable_len] come from (P2): pinned local
+// copies, joins of another batch's fetch, and fetches this call leads from remote owners (L3).
+struct GetStartResult : PrefixResult {
+  uint32_t local_keys = 0, joined_keys = 0, leader_keys = 0;
+  bool owner_rpc = false;  // part of the prefix is fetched from a remote owner
+  uint32_t remote_keys() const { return joined_keys + leader_keys; }
+};
 
 struct SegmentInfo {
   std::string segment_label;  // cpu:0 (embedded) or external_owner:0

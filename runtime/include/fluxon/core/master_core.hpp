@@ -1,57 +1,119 @@
 // MasterCore: the global route table and owner registry as a plain state machine. Every request is
-// answered synchronously from its envelope; identity (node, generation, put_id) makes every
+// answered synchronously from its envelope; identity (node, generation, put_id, get_id) makes every
 // request idempotent, so duplicated or re-sent messages converge (T1, T2).
+//
+// A route is `key -> version + replicas`: the version is the put that wrote the value (origin node,
+// origin generation, put_id); a replica is an owner slot holding those bytes. Remote gets add
+// replicas: BatchGetStart picks a source replica and fences it (an activity lease: its removal is
+// Busy while the get reads it), BatchGetDone publishes the requester's copy, BatchGetRevoke drops the
+// get. Inflight gets are unique per (key, requester) (G6) and expire after a TTL.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "fluxon/messages/codec.hpp"
 
 namespace fluxon {
 
+using Millis = int64_t;
+
 struct MasterCounters {
   uint64_t put_done_total = 0, put_done_duplicate_total = 0, put_done_exists_total = 0;
   uint64_t put_done_stale_total = 0, routes_published_total = 0, routes_removed_total = 0;
+  uint64_t replicas_published_total = 0, replicas_removed_total = 0;
   uint64_t lookups_total = 0, lookup_keys_total = 0, lookup_hits_total = 0;
+  uint64_t get_start_total = 0, get_start_keys_total = 0, get_started_total = 0, get_miss_total = 0;
+  uint64_t get_busy_total = 0, get_done_total = 0, get_done_stale_total = 0, get_revoked_total = 0;
+  uint64_t get_ttl_expired_total = 0, remove_busy_total = 0;
   uint64_t owners_registered_total = 0, errors_total = 0, malformed_total = 0;
+};
+
+struct Version {
+  uint32_t origin_node = 0;
+  uint64_t origin_generation = 0;
+  uint64_t put_id = 0;
+  bool operator==(const Version&) const = default;
 };
 
 class MasterCore {
  public:
-  Envelope handle(const Envelope& req);
+  explicit MasterCore(Millis get_ttl_ms = 60000) : get_ttl_ms_(get_ttl_ms) {}
+
+  // `now` drives the inflight-get TTL only.
+  Envelope handle(const Envelope& req, Millis now = 0);
+  // Expires inflight gets older than the TTL: their fences go, their requesters' slots stay theirs.
+  void tick(Millis now);
 
   size_t route_count() const { return routes_.size(); }
+  size_t replica_count() const { return replicas_; }
   size_t owner_count() const { return owners_.size(); }
+  size_t inflight_get_count() const { return gets_.size(); }
   const MasterCounters& counters() const { return counters_; }
   // The route's put_id, or 0 when there is none (tests).
   uint64_t route_put_id(const std::string& key) const;
+  // Nodes holding a replica of key (tests).
+  std::vector<uint32_t> replica_nodes(const std::string& key) const;
   void count_malformed() { counters_.malformed_total++; counters_.errors_total++; }
 
  private:
-  struct Route {
+  struct Replica {
     uint32_t node_id;
     uint64_t generation;
-    uint64_t put_id;
     uint64_t offset;
-    uint64_t len;
+  };
+  struct Route {
+    Version ver;
+    uint64_t len = 0;
+    std::vector<Replica> replicas;  // never empty: the last replica's removal erases the route
   };
   struct OwnerInfo {
     uint64_t generation = 0;
     std::string role;
     uint64_t segment_len = 0;
+    std::string data_host;
+    uint16_t data_port = 0;
   };
-  // A newer generation of a node replaces the old one: its memory is gone, so are its routes.
-  uint64_t admit_generation(uint32_t node_id, uint64_t generation);
+  struct GetFlight {             // one prepared get of (key, requester)
+    uint64_t get_id;
+    uint64_t requester_generation;
+    uint32_t source_node;
+    Version ver;
+    Millis deadline;
+  };
+  struct Removed {               // the last removed replica of a key (a late duplicate stays dead)
+    Version ver;
+    uint32_t node_id;
+    uint64_t generation;
+  };
+  using GetKey = std::pair<std::string, uint32_t>;  // (key, requester node)
 
+  // A newer generation of a node replaces the old one: its memory is gone, so are its replicas.
+  uint64_t admit_generation(uint32_t node_id, uint64_t generation);
+  Replica* find_replica(Route& r, uint32_t node_id);
+  // Removes node's replica of key; the route goes with its last replica. Returns true if removed.
+  bool drop_replica(const std::string& key, uint32_t node_id, bool tombstone);
+  void end_get(std::map<GetKey, GetFlight>::iterator it);
+  bool fenced(const std::string& key, uint32_t node_id, const Version& ver) const;
+
+  Envelope put_done(const wire::PutDoneT& pd);
+  Envelope get_start(const wire::BatchGetStartT& req, Millis now);
+  Envelope get_done(const wire::BatchGetDoneT& req);
+  Envelope get_revoke(const wire::BatchGetRevokeT& req);
+  Envelope remove_routes(const wire::RemoveRoutesT& req);
+
+  Millis get_ttl_ms_;
   std::unordered_map<std::string, Route> routes_;
-  // The last removed version of a key: a late duplicate of its PutDone (re-sent under T1, or a
-  // re-publication racing the removal) must not bring the route back. Cleared by a newer version.
-  std::unordered_map<std::string, Route> tombstones_;
+  size_t replicas_ = 0;
+  std::unordered_map<std::string, Removed> tombstones_;
   std::map<uint32_t, OwnerInfo> owners_;
   std::map<uint32_t, std::unordered_set<std::string>> node_keys_;
+  std::map<GetKey, GetFlight> gets_;
+  // Activity fences: (key, source node) -> gets reading that replica now.
+  std::map<std::pair<std::string, uint32_t>, uint32_t> reads_;
   MasterCounters counters_;
 };
 

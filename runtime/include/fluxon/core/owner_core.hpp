@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "fluxon/core/master_core.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/config.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
@@ -19,18 +20,32 @@
 
 namespace fluxon {
 
-using Millis = int64_t;
+// One data-plane fetch: byte ranges of one peer's segment, read into this owner's segment. The
+// control plane is batched per leader batch (G8); the payload is batched per peer too.
+struct TransferItem {
+  uint64_t src_offset = 0, len = 0, dst_offset = 0;
+};
+struct TransferBatch {
+  uint64_t id = 0;
+  uint32_t source_node = 0;
+  uint64_t source_generation = 0;
+  std::string host;
+  uint16_t port = 0;
+  std::vector<TransferItem> items;
+};
 
 struct OwnerOut {
   enum class Kind : uint8_t {
-    kReply,   // reply to client request `token` of `session`
-    kNote,    // one-way note to `session`
-    kMaster,  // request `token` to the master
+    kReply,     // reply to client request `token` of `session`
+    kNote,      // one-way note to `session`
+    kMaster,    // request `token` to the master
+    kTransfer,  // fetch `transfer` over the data plane, then call on_transfer_done(transfer.id)
   };
   Kind kind;
   uint64_t session = 0;
   uint64_t token = 0;
   Envelope env;
+  TransferBatch transfer;
 };
 using Outbox = std::vector<OwnerOut>;
 
@@ -44,6 +59,15 @@ struct OwnerCounters {
   uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
   uint64_t resync_routes_total = 0, evicted_keys_total = 0, evicted_bytes_total = 0, eviction_rounds_total = 0;
   uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
+  // Remote gets (P2, G1-G10): the transferable prefix split into local pins, joins of another
+  // batch's flight and flights this batch leads; master round trips; payload batches.
+  uint64_t get_local_keys_total = 0, get_joined_keys_total = 0, get_leader_keys_total = 0;
+  uint64_t get_required_keys_total = 0, get_flights_started_total = 0, get_joins_total = 0;
+  uint64_t get_master_batches_total = 0, get_master_retry_total = 0, get_suffix_released_total = 0;
+  uint64_t get_remote_miss_total = 0, get_flights_ready_total = 0, get_flights_failed_total = 0;
+  uint64_t get_revoked_total = 0, get_done_stale_total = 0, get_transfer_failed_total = 0;
+  uint64_t transfer_batches_total = 0, transfer_keys_total = 0, transfer_bytes_total = 0;
+  uint64_t transfer_failures_total = 0, get_wait_timeouts_total = 0, remove_busy_total = 0;
 };
 
 class OwnerCore {
@@ -68,6 +92,10 @@ class OwnerCore {
   // every live route with its original identity (T1: a master that kept them answers Live), and
   // re-send the jobs in flight now.
   void on_master_reconnected(Millis now, Outbox& out);
+  // The data plane finished TransferBatch `id` (ok or not).
+  void on_transfer_done(uint64_t id, const Status& result, Millis now, Outbox& out);
+  // Where peers fetch this owner's bytes; sent with every registration.
+  void set_data_address(std::string host, uint16_t port) { data_host_ = std::move(host), data_port_ = port; }
 
   wire::StatsReplyT stats() const;
   const OwnerCounters& counters() const { return counters_; }
@@ -81,11 +109,12 @@ class OwnerCore {
 
  private:
   struct Entry {                // local visible index
-    uint64_t put_id = 0;
+    uint64_t put_id = 0;        // local identity: the put, or the get batch that fetched it
     SlotRef slot;
     uint64_t len = 0;
     bool live = false;          // Committed(route_live)
-    uint32_t group = 0;         // atomic group inside its put batch: (put_id, group) is the cohort
+    uint32_t group = 0;         // atomic group inside its batch: (put_id, group) is the cohort
+    Version ver;                // the value's version at the master (this owner's put, or the origin)
   };
   struct ResidentRef {          // resident index value: the entry's identity
     uint64_t put_id = 0;
@@ -113,21 +142,72 @@ class OwnerCore {
     std::vector<bool> superseded;  // a newer local version replaced the item before it went live
     std::vector<uint64_t> offsets, lens;
     std::vector<uint32_t> group_lens;
+    std::vector<Version> origins;  // resync of fetched replicas: each item's version (else this put)
     std::vector<uint64_t> tokens;  // every attempt's token; any reply settles the job
     Millis next_send = 0;
     bool resync = false;           // re-publishes live routes after the master came back
   };
   struct RemoveJob {            // route-first release of superseded or removed entries
     std::vector<std::string> keys;
-    std::vector<uint64_t> put_ids;
+    std::vector<Version> versions;
     std::vector<SlotRef> slots;
     std::vector<uint64_t> tokens;
     Millis next_send = 0;
   };
+  // Per-key shared get (G6, G7): one flight per key materialises it from a remote owner; every
+  // request that needs the key while it flies joins it and sees the same terminal state and slot.
+  enum class Phase : uint8_t { kStarting, kStarted, kFinishing, kReady, kFailed };
+  struct Flight {
+    std::string key;
+    Phase phase = Phase::kStarting;
+    uint32_t interest = 0;      // indices of pending gets and handles that retain the key
+    bool wanted = false;        // a decided request retains it: the transfer may start
+    bool pinned = false;        // Ready: the flight holds a holder on the slot while interest > 0
+    uint64_t batch = 0;         // local identity of the leader batch (the entry's put_id)
+    uint32_t group = 0;
+    uint32_t source_node = 0;
+    uint64_t source_generation = 0, src_offset = 0, len = 0;
+    Version ver;
+    std::string host;
+    uint16_t port = 0;
+    std::optional<SlotRef> slot;
+    Millis since = 0;           // Started at (bounds the wait for a slot)
+    std::string error;          // Failed: why
+  };
+  struct GetJob {               // BatchGetStart / BatchGetDone / BatchGetRevoke, retried as is (T1)
+    enum class Kind : uint8_t { kStart, kDone, kRevoke } kind;
+    std::vector<uint64_t> get_ids;  // flight ids = get ids
+    std::vector<std::string> keys;
+    std::vector<uint64_t> offsets;  // kDone: the target slots
+    std::vector<std::optional<SlotRef>> slots;  // kRevoke: freed once the master answered
+    std::vector<uint64_t> tokens;
+    Millis next_send = 0;
+  };
+  // A get_start item: a local pin, a flight interest, or a miss.
+  struct GetItem {
+    enum class Kind : uint8_t { kLocal, kFlight, kMiss } kind = Kind::kMiss;
+    uint64_t id = 0;            // holding id or flight id
+    uint64_t len = 0;           // kLocal
+    bool leader = false;        // kFlight: this request created the flight
+  };
+  struct PendingGet {           // a get_start waiting for its flights to leave Starting
+    uint64_t token, session;
+    std::optional<std::vector<uint32_t>> groups;
+    bool best_effort = true;
+    std::vector<GetItem> items;
+    Millis deadline;
+  };
   struct Handle {
     uint64_t session;
-    std::vector<uint64_t> holdings;
+    std::vector<uint64_t> holdings;  // inline: exported with the reply; owner_rpc: kept per index (0: flight)
     Millis deadline;
+    bool owner_rpc = false;
+    std::vector<uint64_t> flights;   // owner_rpc: per index, the flight it retains (0: local)
+    std::vector<uint64_t> lens;      // owner_rpc: per index (local items)
+    std::optional<std::vector<uint32_t>> groups;
+    uint32_t transferable_len = 0;
+    uint64_t waiting_token = 0;      // get_transfer parked until its flights are terminal
+    Millis transfer_deadline = 0;
   };
   struct Holding { SlotRef slot; uint64_t session; };
   struct Session {
@@ -142,12 +222,28 @@ class OwnerCore {
   void put_commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
   void put_abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out);
   void get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out);
+  // Remote gets (owner_get.cpp).
+  void decide_get(PendingGet& pg, Millis now, Outbox& out);
+  void serve_pending_gets(Millis now, Outbox& out, bool expire);
+  void get_transfer(uint64_t token, uint64_t session, const wire::GetTransferReqT& req, Millis now, Outbox& out);
+  void serve_transfers(Millis now, Outbox& out);
+  bool try_finish_transfer(uint64_t handle_id, Millis now, Outbox& out);
+  void release_item(const GetItem& item, Millis now, Outbox& out);
+  void drop_interest(uint64_t flight_id, Millis now, Outbox& out);
+  void fail_flight(uint64_t flight_id, std::string why, bool revoke, Millis now, Outbox& out);
+  void erase_flight_if_done(uint64_t flight_id);
+  void launch_transfers(Millis now, Outbox& out);
+  void send_get_job(uint64_t job_id, GetJob& job, Millis now, Outbox& out);
+  uint64_t queue_get_job(GetJob job, Millis now, Outbox& out);
+  void on_get_job_reply(uint64_t job_id, Envelope& reply, Millis now, Outbox& out);
+  // Releases everything an undelivered handle retains (cancel, TTL, session close).
+  void release_handle(uint64_t handle_id, Millis now, Outbox& out);
   void release_holding(uint64_t holding_id, uint64_t session);
   void drop_handle(uint64_t handle_id);
   void send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
   void send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox& out);
   void supersede(const std::string& key, Entry old, Millis now, Outbox& out);
-  void queue_remove(std::vector<std::string> keys, std::vector<uint64_t> put_ids,
+  void queue_remove(std::vector<std::string> keys, std::vector<Version> versions,
                     std::vector<SlotRef> slots, Millis now, Outbox& out);
   void serve_waiters(Outbox& out);
   // Capacity eviction (S1, S3, S4): select cold unheld cohorts worth `bytes`, preferring slots of
@@ -180,13 +276,23 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  std::unordered_map<uint64_t, std::pair<bool, uint64_t>> master_tokens_;  // token -> (is_publish, id)
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet };
+  std::unordered_map<uint64_t, std::pair<JobKind, uint64_t>> master_tokens_;  // token -> (kind, job id)
+  std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
+  std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
+  std::map<uint64_t, GetJob> get_jobs_;
+  std::map<uint64_t, PendingGet> pending_gets_;
+  std::unordered_set<uint64_t> waiting_handles_;         // handles with a parked get_transfer
+  std::map<uint64_t, std::vector<uint64_t>> transfers_;  // transfer batch -> flights
+  std::string data_host_;
+  uint16_t data_port_ = 0;
   std::unordered_map<uint64_t, Handle> handles_;
   std::unordered_map<uint64_t, Holding> holdings_;
   std::unordered_map<uint64_t, Session> sessions_;
 
   uint64_t next_put_id_ = 1, next_handle_ = 1, next_holding_ = 1, next_session_ = 1;
-  uint64_t next_master_token_ = 1, next_remove_job_ = 1;
+  uint64_t next_master_token_ = 1, next_remove_job_ = 1, next_get_job_ = 1, next_flight_ = 1;
+  uint64_t next_pending_get_ = 1, next_transfer_ = 1;
   uint64_t live_routes_ = 0;
   Millis now_ = 0;  // the clock of the current call (set by every entry point that is given one)
 };

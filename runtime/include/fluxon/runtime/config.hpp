@@ -15,6 +15,7 @@ struct MasterConfig {
   std::string listen_host = "127.0.0.1";
   uint16_t port = 7600;
   uint16_t metrics_port = 0;  // 0: no /metrics endpoint
+  uint32_t get_inflight_ttl_ms = 60000;  // a prepared remote get not done or revoked by then expires
 };
 
 struct OwnerConfig {
@@ -36,6 +37,18 @@ struct OwnerConfig {
   bool eviction = true;
   uint64_t eviction_max_bytes_per_round = 256ull << 20;
   bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
+  // Data plane: peers fetch this owner's bytes from data_host:data_port (0: any free port).
+  // data_host defaults to listen_host (127.0.0.1 when that is 0.0.0.0).
+  std::string data_host;
+  uint16_t data_port = 0;
+  std::string data_transport = "auto";  // auto | tcp | rdma (rdma fails at start without a device)
+  uint32_t data_threads = 2;            // fetch threads (one peer batch each at a time)
+  uint32_t data_timeout_ms = 10000;     // a fetch that moves no byte for this long fails
+  uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys
+  std::string advertised_data_host() const {
+    if (!data_host.empty()) return data_host;
+    return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
+  }
   // Faults injected on this owner's requests to the master (tests of T1 with real processes):
   // each request is dropped, duplicated or delayed with these odds, from one seed.
   struct FaultInjection {

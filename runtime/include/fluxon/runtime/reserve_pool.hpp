@@ -78,6 +78,12 @@ class ReservePool {
   void commit_local(SlotRef r);
   // PendingLocalVisible -> Committed: the resident holder becomes the route reference (V3).
   void route_live(SlotRef r);
+  // Remote get target (Free -> Prepared -> Pending -> Committed): Prepared -> Pending before the
+  // data plane writes into it; Pending -> Committed(route_live) when GetDone published it;
+  // Pending -> Free when the get was revoked or found stale (never while a transfer writes it).
+  void begin_pending(SlotRef r);
+  void pending_live(SlotRef r);
+  void pending_abort(SlotRef r);
   // The route is gone (removed, superseded, or never published). S2: Free when no holder remains.
   void route_dropped(SlotRef r);
   void add_holder(SlotRef r);

@@ -1,0 +1,100 @@
+// The cross-host data plane (SPEC §6): an owner serves reads of its own segment to peers; a peer
+// reads batches of byte ranges straight into its own segment. TCP always; RDMA is detected at run
+// time (rdma_probe) and reported — the verbs data path waits for hardware to test it on.
+//
+// Wire (little endian, one request and one reply at a time per connection):
+//   request  = magic u32 'FXDP', version u32 = 1, generation u64, count u32, reserved u32,
+//              count x (offset u64, len u64)
+//   reply    = magic u32, status u32 (DataStatus), total u64, then `total` bytes: the ranges in order
+// A reply with status != ok carries no bytes. Bulk bytes go from the server's mapped segment to the
+// socket and from the socket into the reader's destination: no intermediate buffer on either side.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fluxon/runtime/status.hpp"
+
+namespace fluxon {
+
+constexpr uint32_t kDataMagic = 0x50445846;  // "FXDP"
+constexpr uint32_t kDataVersion = 1;
+constexpr uint32_t kDataMaxRanges = 1u << 16;
+
+enum class DataStatus : uint32_t { kOk = 0, kGenerationMismatch = 1, kOutOfRange = 2, kBadRequest = 3 };
+
+struct ReadRange {
+  uint64_t src_offset = 0;
+  uint64_t len = 0;
+  uint8_t* dst = nullptr;
+};
+
+// Serves [base, base+len) of one owner generation to peers. One thread accepts; one thread per
+// connection (bounded) serves its requests.
+class DataServer {
+ public:
+  static Result<std::unique_ptr<DataServer>> start(const std::string& host, uint16_t port, const uint8_t* base,
+                                                   uint64_t len, uint64_t generation, uint32_t max_connections = 64);
+  ~DataServer();
+  DataServer(const DataServer&) = delete;
+  DataServer& operator=(const DataServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  uint64_t bytes_served() const { return bytes_served_.load(); }
+  uint64_t requests_served() const { return requests_served_.load(); }
+  uint64_t requests_refused() const { return requests_refused_.load(); }
+
+ private:
+  DataServer(int fd, uint16_t port, const uint8_t* base, uint64_t len, uint64_t generation, uint32_t max_conns);
+  void accept_loop();
+  void serve(int fd);
+
+  int listen_fd_;
+  uint16_t port_;
+  const uint8_t* base_;
+  uint64_t len_;
+  uint64_t generation_;
+  uint32_t max_conns_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> bytes_served_{0}, requests_served_{0}, requests_refused_{0};
+  std::mutex m_;
+  std::map<int, std::thread> conns_;   // fd -> its thread
+  std::vector<std::thread> finished_;  // threads whose connection ended, joined later
+  std::thread acceptor_;
+};
+
+// Reads ranges from peers, keeping idle connections per peer for reuse. Thread-safe: each call
+// takes its own connection.
+class TcpFetcher {
+ public:
+  explicit TcpFetcher(uint32_t timeout_ms = 10000) : timeout_ms_(timeout_ms) {}
+  ~TcpFetcher();
+  // All ranges or an error; after an error the destinations may hold partial bytes.
+  Status read(const std::string& host, uint16_t port, uint64_t generation, const std::vector<ReadRange>& ranges);
+  uint64_t connects() const { return connects_.load(); }
+
+ private:
+  Result<int> take(const std::string& host, uint16_t port);
+  void give_back(const std::string& host, uint16_t port, int fd);
+
+  uint32_t timeout_ms_;
+  std::mutex m_;
+  std::map<std::pair<std::string, uint16_t>, std::vector<int>> idle_;
+  std::atomic<uint64_t> connects_{0};
+};
+
+// What RDMA hardware this machine has (libibverbs), in words for the operator.
+struct RdmaProbe {
+  bool compiled = false;    // built against libibverbs
+  bool available = false;   // at least one device that opens
+  std::vector<std::string> devices;
+  std::string detail;
+};
+RdmaProbe rdma_probe();
+
+}  // namespace fluxon

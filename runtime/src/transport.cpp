@@ -1,0 +1,307 @@
+#include "fluxon/runtime/transport.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace fluxon {
+
+namespace {
+
+struct RequestHeader {
+  uint32_t magic, version;
+  uint64_t generation;
+  uint32_t count, reserved;
+};
+struct RangeWire {
+  uint64_t offset, len;
+};
+struct ReplyHeader {
+  uint32_t magic, status;
+  uint64_t total;
+};
+static_assert(sizeof(RequestHeader) == 24 && sizeof(ReplyHeader) == 16 && sizeof(RangeWire) == 16);
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Whole buffer or an error. EINTR retried; timeouts come from SO_RCVTIMEO / SO_SNDTIMEO.
+bool send_all(int fd, const void* p, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    b += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* p, size_t n) {
+  uint8_t* b = static_cast<uint8_t*>(p);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, b, n, MSG_WAITALL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    b += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+void tune(int fd, uint32_t timeout_ms) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (timeout_ms) {
+    timeval tv{time_t(timeout_ms / 1000), suseconds_t((timeout_ms % 1000) * 1000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
+}
+
+Result<sockaddr_in> resolve(const std::string& host, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1) return a;
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    return Status(Code::kInvalidArgument, "data plane: cannot resolve host '" + host + "'");
+  a.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  ::freeaddrinfo(res);
+  return a;
+}
+
+}  // namespace
+
+// ---- server ------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<DataServer>> DataServer::start(const std::string& host, uint16_t port, const uint8_t* base,
+                                                      uint64_t len, uint64_t generation, uint32_t max_connections) {
+  auto addr = resolve(host, port);
+  if (!addr.ok()) return addr.status();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status(Code::kInternal, errno_text("data plane: socket"));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof(sockaddr_in)) != 0 || ::listen(fd, 128) != 0) {
+    Status s(Code::kInvalidArgument,
+             errno_text(("data plane: cannot listen on " + host + ":" + std::to_string(port)).c_str()));
+    ::close(fd);
+    return s;
+  }
+  sockaddr_in bound{};
+  socklen_t bl = sizeof(bound);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);
+  return std::unique_ptr<DataServer>(
+      new DataServer(fd, ntohs(bound.sin_port), base, len, generation, max_connections));
+}
+
+DataServer::DataServer(int fd, uint16_t port, const uint8_t* base, uint64_t len, uint64_t generation,
+                       uint32_t max_conns)
+    : listen_fd_(fd), port_(port), base_(base), len_(len), generation_(generation), max_conns_(max_conns) {
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+DataServer::~DataServer() {
+  stop_ = true;
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  acceptor_.join();
+  ::close(listen_fd_);
+  std::map<int, std::thread> conns;
+  std::vector<std::thread> finished;
+  {
+    std::lock_guard<std::mutex> g(m_);
+    for (auto& [fd, t] : conns_) ::shutdown(fd, SHUT_RDWR);  // wakes the readers; they close their fd
+    conns = std::move(conns_);
+    finished = std::move(finished_);
+  }
+  for (auto& [fd, t] : conns) t.join();
+  for (auto& t : finished) t.join();
+}
+
+void DataServer::accept_loop() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard<std::mutex> g(m_);
+    for (auto& t : finished_) t.join();
+    finished_.clear();
+    if (stop_ || conns_.size() >= max_conns_) {  // bounded: a peer over the limit is refused
+      ::close(fd);
+      requests_refused_++;
+      continue;
+    }
+    tune(fd, 0);
+    conns_.emplace(fd, std::thread([this, fd] { serve(fd); }));
+  }
+}
+
+void DataServer::serve(int fd) {
+  std::vector<RangeWire> ranges;
+  while (!stop_) {
+    RequestHeader h;
+    if (!recv_all(fd, &h, sizeof(h))) break;
+    ReplyHeader rep{kDataMagic, uint32_t(DataStatus::kOk), 0};
+    if (h.magic != kDataMagic || h.version != kDataVersion || h.count == 0 || h.count > kDataMaxRanges) {
+      rep.status = uint32_t(DataStatus::kBadRequest);
+      requests_refused_++;
+      send_all(fd, &rep, sizeof(rep));
+      break;  // a peer that does not speak the protocol loses its connection
+    }
+    ranges.resize(h.count);
+    if (!recv_all(fd, ranges.data(), ranges.size() * sizeof(RangeWire))) break;
+    if (h.generation != generation_) rep.status = uint32_t(DataStatus::kGenerationMismatch);
+    for (const auto& r : ranges) {
+      if (rep.status != uint32_t(DataStatus::kOk)) break;
+      if (r.offset > len_ || r.len > len_ - r.offset) rep.status = uint32_t(DataStatus::kOutOfRange);
+      rep.total += r.len;
+    }
+    if (rep.status != uint32_t(DataStatus::kOk)) {
+      rep.total = 0;
+      requests_refused_++;
+      if (!send_all(fd, &rep, sizeof(rep))) break;
+      continue;
+    }
+    if (!send_all(fd, &rep, sizeof(rep))) break;
+    bool ok = true;
+    for (const auto& r : ranges)
+      if (!(ok = send_all(fd, base_ + r.offset, r.len))) break;
+    if (!ok) break;
+    bytes_served_ += rep.total;
+    requests_served_++;
+  }
+  ::close(fd);
+  std::lock_guard<std::mutex> g(m_);
+  auto it = conns_.find(fd);
+  if (it != conns_.end()) {
+    finished_.push_back(std::move(it->second));
+    conns_.erase(it);
+  }
+}
+
+// ---- client ------------------------------------------------------------------------------------
+
+TcpFetcher::~TcpFetcher() {
+  for (auto& [peer, fds] : idle_)
+    for (int fd : fds) ::close(fd);
+}
+
+Result<int> TcpFetcher::take(const std::string& host, uint16_t port) {
+  {
+    std::lock_guard<std::mutex> g(m_);
+    auto& v = idle_[{host, port}];
+    if (!v.empty()) {
+      int fd = v.back();
+      v.pop_back();
+      return fd;
+    }
+  }
+  auto addr = resolve(host, port);
+  if (!addr.ok()) return addr.status();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status(Code::kInternal, errno_text("data plane: socket"));
+  tune(fd, timeout_ms_);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof(sockaddr_in)) != 0) {
+    Status s(Code::kTimeout, errno_text(("data plane: connect to " + host + ":" + std::to_string(port)).c_str()));
+    ::close(fd);
+    return s;
+  }
+  connects_++;
+  return fd;
+}
+
+void TcpFetcher::give_back(const std::string& host, uint16_t port, int fd) {
+  std::lock_guard<std::mutex> g(m_);
+  auto& v = idle_[{host, port}];
+  if (v.size() >= 8) {
+    ::close(fd);
+    return;
+  }
+  v.push_back(fd);
+}
+
+Status TcpFetcher::read(const std::string& host, uint16_t port, uint64_t generation,
+                        const std::vector<ReadRange>& ranges) {
+  if (ranges.empty()) return Status::ok();
+  if (ranges.size() > kDataMaxRanges)
+    return invalid_argument("data plane: " + std::to_string(ranges.size()) + " ranges in one request (max " +
+                            std::to_string(kDataMaxRanges) + ")");
+  const std::string peer = host + ":" + std::to_string(port);
+  // A pooled connection may have been closed by the peer meanwhile: one fresh retry then.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto fd = take(host, port);
+    if (!fd.ok()) return fd.status();
+    RequestHeader h{kDataMagic, kDataVersion, generation, uint32_t(ranges.size()), 0};
+    std::vector<RangeWire> wire(ranges.size());
+    uint64_t total = 0;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      wire[i] = RangeWire{ranges[i].src_offset, ranges[i].len};
+      total += ranges[i].len;
+    }
+    iovec iov[2] = {{&h, sizeof(h)}, {wire.data(), wire.size() * sizeof(RangeWire)}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    const size_t want = sizeof(h) + wire.size() * sizeof(RangeWire);
+    ssize_t w = ::sendmsg(*fd, &msg, MSG_NOSIGNAL);
+    bool sent = w == ssize_t(want);
+    if (!sent && w > 0) {  // a short write: finish it plainly
+      std::vector<uint8_t> flat(want);
+      std::memcpy(flat.data(), &h, sizeof(h));
+      std::memcpy(flat.data() + sizeof(h), wire.data(), wire.size() * sizeof(RangeWire));
+      sent = send_all(*fd, flat.data() + w, want - size_t(w));
+    }
+    ReplyHeader rep{};
+    if (!sent || !recv_all(*fd, &rep, sizeof(rep))) {
+      ::close(*fd);
+      if (attempt == 0 && errno != EAGAIN && errno != EWOULDBLOCK) continue;
+      return Status(Code::kTimeout, errno_text(("data plane: request to " + peer).c_str()));
+    }
+    if (rep.magic != kDataMagic) {
+      ::close(*fd);
+      return Status(Code::kMalformedMessage, "data plane: " + peer + " answered with a bad magic");
+    }
+    if (rep.status != uint32_t(DataStatus::kOk)) {
+      if (rep.status == uint32_t(DataStatus::kBadRequest)) ::close(*fd);
+      else give_back(host, port, *fd);
+      switch (DataStatus(rep.status)) {
+        case DataStatus::kGenerationMismatch:
+          return Status(Code::kGenerationMismatch,
+                        "data plane: " + peer + " is not owner generation " + std::to_string(generation));
+        case DataStatus::kOutOfRange:
+          return invalid_argument("data plane: a range is outside " + peer + "'s segment");
+        default:
+          return Status(Code::kMalformedMessage, "data plane: " + peer + " refused the request");
+      }
+    }
+    if (rep.total != total) {
+      ::close(*fd);
+      return Status(Code::kMalformedMessage, "data plane: " + peer + " announced " + std::to_string(rep.total) +
+                                                 " bytes, expected " + std::to_string(total));
+    }
+    for (const auto& r : ranges) {
+      if (!recv_all(*fd, r.dst, r.len)) {
+        ::close(*fd);
+        return Status(Code::kTimeout, errno_text(("data plane: reading from " + peer).c_str()));
+      }
+    }
+    give_back(host, port, *fd);
+    return Status::ok();
+  }
+  return Status(Code::kTimeout, "data plane: " + peer + " closed the connection");
+}
+
+}  // namespace fluxon

@@ -1,0 +1,477 @@
+// Remote gets (L3) through the deterministic simulator: per-key singleflight, batched master
+// jobs, the data plane, activity fences, and convergence under faults (G1-G10, T1, S2).
+// Each test prints its seed; replay a failure with FLUXON_SEED=<seed>.
+#include <algorithm>
+#include <set>
+
+#include "helpers.hpp"
+
+using namespace fluxon;
+using namespace fluxon::test;
+
+namespace {
+
+std::vector<uint8_t> pattern(const std::string& key, uint64_t len) {
+  std::vector<uint8_t> b(len);
+  uint64_t h = std::hash<std::string>{}(key);
+  for (uint64_t i = 0; i < len; ++i) b[i] = uint8_t((h >> ((i % 8) * 8)) + i * 131);
+  return b;
+}
+
+// Puts keys on owner `o` with their bytes written into the simulated segment, and waits until
+// their routes are live.
+void put_live(sim::Cluster& c, int o, uint64_t s, const std::vector<std::string>& keys,
+              std::vector<uint32_t> groups = {}) {
+  auto r = put_start(c, o, s, keys, 4096, std::move(groups));
+  auto* ps = r.body.AsPutStartReply();
+  REQUIRE_MESSAGE(ps, "put_start failed: ", envelope_status(r).to_string());
+  for (size_t i = 0; i < keys.size(); ++i) c.write(o, ps->offsets[i], pattern(keys[i], 4096));
+  REQUIRE(c.call(o, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+  REQUIRE(c.run_until([&] { return c.owner(o).local_state(keys.back()) == 2; }, 60000));
+}
+
+Envelope transfer(sim::Cluster& c, int o, uint64_t s, uint64_t handle, uint32_t consume) {
+  return c.call(o, s, make_envelope(wire::GetTransferReqT{{}, handle, consume}));
+}
+
+void release(sim::Cluster& c, int o, uint64_t s, const std::vector<uint64_t>& holdings) {
+  wire::AckBatchT ack;
+  ack.release = holdings;
+  c.note(o, s, make_envelope(std::move(ack)));
+}
+
+void cancel(sim::Cluster& c, int o, uint64_t s, uint64_t handle) {
+  wire::AckBatchT ack;
+  auto hd = std::make_unique<wire::HandleDoneT>();
+  hd->handle_id = handle;
+  ack.handles.push_back(std::move(hd));
+  c.note(o, s, make_envelope(std::move(ack)));
+}
+
+// Nothing of the read path is left in flight: no flights, jobs, prepared or pending slots, and
+// no prepared get at the master.
+void check_quiet(sim::Cluster& c) {
+  REQUIRE(c.run_until([&] {
+    for (int o : {0, 1}) {
+      auto st = c.owner(o).stats();
+      if (st.flights_starting + st.flights_started + st.flights_finishing + st.get_jobs + st.pending_gets +
+              st.slots_prepared + st.slots_pending != 0)
+        return false;
+    }
+    return c.master().inflight_get_count() == 0;
+  }, 60000));
+}
+
+}  // namespace
+
+TEST_CASE("L3: a key put on one owner is fetched by another through the data plane, bytes intact") {
+  sim::Cluster c(seed_from_env(101), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  auto keys = keys_of("l3-", 6);
+  put_live(c, 0, sa, keys);
+  auto g = get_start(c, 1, sb, keys);
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r);
+  CHECK(r->transferable_len == 6);
+  CHECK(r->owner_rpc);
+  CHECK(r->leader_keys == 6);
+  CHECK(r->local_keys == 0);
+  CHECK(r->holding_ids.empty());  // OwnerRpc: the items come with get_transfer
+  auto t = transfer(c, 1, sb, r->handle_id, 6);
+  auto* tr = t.body.AsGetTransferReply();
+  REQUIRE_MESSAGE(tr, envelope_status(t).to_string());
+  REQUIRE(tr->offsets.size() == 6);
+  for (size_t i = 0; i < keys.size(); ++i) CHECK(c.read(1, tr->offsets[i]) == pattern(keys[i], 4096));
+  // The fetched copy is a replica at the master and a local entry on B: the next get is local.
+  for (const auto& k : keys) CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1, 2});
+  CHECK(c.owner(1).local_state(keys[0]) == 2);
+  release(c, 1, sb, tr->holding_ids);
+  auto g2 = get_start(c, 1, sb, keys);
+  auto* r2 = g2.body.AsGetStartReply();
+  CHECK(r2->transferable_len == 6);
+  CHECK_FALSE(r2->owner_rpc);
+  CHECK(r2->local_keys == 6);
+  release_all(c, 1, sb, *r2);
+  CHECK(c.owner(1).counters().transfer_batches_total == 1);  // one payload batch for the one peer
+  check_quiet(c);
+}
+
+TEST_CASE("G1 G6 G8: overlapping batches share per-key flights: one BatchGetStart per batch, one fetch per key") {
+  sim::Cluster c(seed_from_env(111), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1), sb2 = c.open_session(1);
+  put_live(c, 0, sa, keys_of("ov-", 8));
+  c.to_master.min_delay = c.to_master.max_delay = 50;  // both batches arrive while the first flies
+  const auto k = keys_of("ov-", 8);
+  std::vector<std::string> b1(k.begin(), k.begin() + 6), b2(k.begin() + 2, k.end());
+  wire::GetStartReqT q1, q2;
+  q1.keys = b1;
+  q2.keys = b2;
+  const uint64_t t1 = c.send(1, sb, make_envelope(std::move(q1)));
+  const uint64_t t2 = c.send(1, sb2, make_envelope(std::move(q2)));
+  auto e1 = c.wait(t1), e2 = c.wait(t2);
+  auto *r1 = e1.body.AsGetStartReply(), *r2 = e2.body.AsGetStartReply();
+  REQUIRE(r1);
+  REQUIRE(r2);
+  CHECK(r1->transferable_len == 6);
+  CHECK(r2->transferable_len == 6);
+  // G1: the second batch leads only the keys nobody flies yet and joins the rest.
+  CHECK(r1->leader_keys == 6);
+  CHECK(r2->joined_keys == 4);
+  CHECK(r2->leader_keys == 2);
+  const auto& oc = c.owner(1).counters();
+  CHECK(oc.get_joins_total == 4);
+  CHECK(oc.get_master_batches_total == 2);          // G8: one BatchGetStart per batch
+  CHECK(c.master().counters().get_start_total == 2);
+  CHECK(c.master().counters().get_start_keys_total == 8);  // G6: never a key twice
+  auto x1 = transfer(c, 1, sb, r1->handle_id, 6), x2 = transfer(c, 1, sb2, r2->handle_id, 6);
+  auto *p1 = x1.body.AsGetTransferReply(), *p2 = x2.body.AsGetTransferReply();
+  REQUIRE(p1);
+  REQUIRE(p2);
+  CHECK(oc.transfer_keys_total == 8);  // one fetch per key, whatever the overlap
+  // G7: the shared keys are one slot, seen by both readers.
+  for (int i = 0; i < 4; ++i) CHECK(p1->offsets[2 + i] == p2->offsets[i]);
+  for (int i = 0; i < 6; ++i) CHECK(c.read(1, p1->offsets[i]) == pattern(b1[i], 4096));
+  release(c, 1, sb, p1->holding_ids);
+  release(c, 1, sb2, p2->holding_ids);
+  check_quiet(c);
+}
+
+TEST_CASE("G4 G5: results are scattered back to their indices; everything past transferable_len goes at once") {
+  sim::Cluster c(seed_from_env(121), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  put_live(c, 0, sa, {"g5-r1", "g5-r3", "g5-r4"});
+  put_live(c, 1, sb, {"g5-l0"});
+  // local, remote, missing everywhere, remote, remote: the prefix ends at the miss.
+  auto g = get_start(c, 1, sb, {"g5-l0", "g5-r1", "g5-m2", "g5-r3", "g5-r4"});
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r);
+  CHECK(r->raw_prefix_hit_len == 2);
+  CHECK(r->transferable_len == 2);
+  CHECK(r->first_miss_index == 2);
+  CHECK(r->local_keys == 1);
+  CHECK(r->leader_keys == 1);
+  // The tail's flights were revoked with the decision: no fetch, no prepared get left for them.
+  CHECK(c.owner(1).counters().get_revoked_total == 2);
+  CHECK(c.owner(1).counters().get_suffix_released_total == 3);  // the miss's waiter and two leaders
+  auto t = transfer(c, 1, sb, r->handle_id, 2);
+  auto* tr = t.body.AsGetTransferReply();
+  REQUIRE(tr);
+  CHECK(c.read(1, tr->offsets[1]) == pattern("g5-r1", 4096));
+  CHECK(c.owner(1).counters().transfer_keys_total == 1);
+  release(c, 1, sb, tr->holding_ids);
+  check_quiet(c);
+  CHECK(c.master().counters().get_revoked_total == 2);
+
+  // A1 across sources: a group of a local and a remote key is whole or not at all.
+  auto g2 = get_start(c, 1, sb, {"g5-l0", "g5-r3", "g5-m2", "g5-r4"}, {2, 2});
+  auto* r2 = g2.body.AsGetStartReply();
+  CHECK(r2->raw_prefix_hit_len == 2);
+  CHECK(r2->transferable_len == 2);
+  CHECK(r2->prefix_hit_groups == 1);
+  cancel(c, 1, sb, r2->handle_id);
+  check_quiet(c);
+}
+
+TEST_CASE("G5: a shorter consume_prefix_len revokes the tail's fetches; a bad one leaves the handle usable") {
+  sim::Cluster c(seed_from_env(131), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  auto keys = keys_of("cp-", 4);
+  put_live(c, 0, sa, keys);
+  c.data.min_delay = c.data.max_delay = 30;
+  auto g = get_start(c, 1, sb, keys, {2, 2});
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r->transferable_len == 4);
+  auto bad = transfer(c, 1, sb, r->handle_id, 3);  // cuts a group
+  CHECK(envelope_status(bad).code() == Code::kInvalidArgument);
+  auto t = transfer(c, 1, sb, r->handle_id, 2);
+  auto* tr = t.body.AsGetTransferReply();
+  REQUIRE(tr);
+  CHECK(tr->offsets.size() == 2);
+  release(c, 1, sb, tr->holding_ids);
+  check_quiet(c);
+  CHECK(c.owner(1).local_state("cp-0") == 2);
+  CHECK(c.owner(1).local_state("cp-3") == 0);  // the tail was never published here
+  CHECK(c.master().replica_nodes("cp-3") == std::vector<uint32_t>{1});
+}
+
+TEST_CASE("G7: a failed fetch is one terminal state for every waiter; nothing leaks") {
+  sim::Cluster c(seed_from_env(141), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1), sb2 = c.open_session(1);
+  auto keys = keys_of("fail-", 3);
+  put_live(c, 0, sa, keys);
+  c.data.drop = 1.0;  // every fetch fails
+  auto g1 = get_start(c, 1, sb, keys);
+  auto g2 = get_start(c, 1, sb2, keys);
+  auto *r1 = g1.body.AsGetStartReply(), *r2 = g2.body.AsGetStartReply();
+  REQUIRE(r1->transferable_len == 3);
+  REQUIRE(r2->transferable_len == 3);
+  auto x1 = transfer(c, 1, sb, r1->handle_id, 3);
+  auto x2 = transfer(c, 1, sb2, r2->handle_id, 3);
+  CHECK(envelope_status(x1).code() == Code::kKeyNotFound);
+  CHECK(envelope_status(x2).code() == Code::kKeyNotFound);
+  CHECK(envelope_status(x1).message().find("fetch from node 1 failed") != std::string::npos);
+  check_quiet(c);
+  CHECK(c.owner(1).stats().holders == 0);
+  CHECK(c.master().replica_nodes("fail-0") == std::vector<uint32_t>{1});
+  // The next attempt starts a fresh flight and succeeds.
+  c.data.drop = 0;
+  auto g3 = get_start(c, 1, sb, keys);
+  auto x3 = transfer(c, 1, sb, g3.body.AsGetStartReply()->handle_id, 3);
+  REQUIRE(x3.body.AsGetTransferReply());
+  CHECK(c.read(1, x3.body.AsGetTransferReply()->offsets[2]) == pattern("fail-2", 4096));
+}
+
+TEST_CASE("activity fence: a source copy a peer reads is not freed under it (S2 across owners)") {
+  for (uint64_t seed : {seed_from_env(151), uint64_t(152), uint64_t(153)}) {
+    sim::Cluster c(seed, small_owner(), 2);
+    c.run_for(10);
+    const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+    auto keys = keys_of("fence-", 4);
+    put_live(c, 0, sa, keys);
+    c.data.min_delay = c.data.max_delay = 200;  // the fetch takes 200 ms
+    auto g = get_start(c, 1, sb, keys);
+    auto* r = g.body.AsGetStartReply();
+    REQUIRE(r->transferable_len == 4);
+    const uint64_t tt = c.send(1, sb, make_envelope(wire::GetTransferReqT{{}, r->handle_id, 4}));
+    c.run_for(20);  // the fetch is on the wire now
+    // The source drops the keys and writes new values: a freed slot would be reused right away.
+    for (const auto& k : keys) c.remove_key(0, k);
+    c.run_for(50);
+    CHECK(c.master().counters().remove_busy_total > 0);
+    auto fresh = keys_of("fresh-", 4);
+    auto ps = put_start(c, 0, sa, fresh);
+    if (auto* p = ps.body.AsPutStartReply()) {
+      for (size_t i = 0; i < fresh.size(); ++i) c.write(0, p->offsets[i], pattern(fresh[i], 4096));
+      c.call(0, sa, make_envelope(wire::PutCommitReqT{{}, p->put_id}));
+    }
+    auto t = c.wait(tt);
+    auto* tr = t.body.AsGetTransferReply();
+    REQUIRE_MESSAGE(tr, envelope_status(t).to_string());
+    for (size_t i = 0; i < keys.size(); ++i) CHECK(c.read(1, tr->offsets[i]) == pattern(keys[i], 4096));
+    release(c, 1, sb, tr->holding_ids);
+    check_quiet(c);
+  }
+}
+
+TEST_CASE("T1: remote gets under lost, duplicated and delayed master messages and failing fetches converge") {
+  for (uint64_t seed : {seed_from_env(161), uint64_t(162), uint64_t(163), uint64_t(164)}) {
+    sim::Cluster c(seed, small_owner(), 2);
+    c.run_for(10);
+    const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+    std::vector<std::string> all;
+    for (int b = 0; b < 6; ++b) {
+      auto ks = keys_of("t1r-" + std::to_string(b) + "-", 4);
+      put_live(c, 0, sa, ks);
+      all.insert(all.end(), ks.begin(), ks.end());
+    }
+    for (auto* l : {&c.to_master, &c.from_master}) {
+      l->drop = 0.3;
+      l->duplicate = 0.3;
+      l->min_delay = 1;
+      l->max_delay = 40;
+    }
+    c.data.drop = 0.2;
+    c.data.max_delay = 30;
+    int ok = 0, failed = 0;
+    std::mt19937_64 rng(seed);
+    for (int round = 0; round < 12; ++round) {
+      // Overlapping windows of the key space, so joins, leaders and local hits mix.
+      const size_t start = rng() % (all.size() - 6);
+      std::vector<std::string> ks(all.begin() + long(start), all.begin() + long(start + 6));
+      auto g = get_start(c, 1, sb, ks);
+      auto* r = g.body.AsGetStartReply();
+      REQUIRE(r);
+      if (r->transferable_len == 0) continue;
+      if (!r->owner_rpc) {
+        for (uint32_t i = 0; i < r->transferable_len; ++i) CHECK(c.read(1, r->offsets[i]) == pattern(ks[i], 4096));
+        release_all(c, 1, sb, *r);
+        ok++;
+        continue;
+      }
+      auto t = transfer(c, 1, sb, r->handle_id, r->transferable_len);
+      if (auto* tr = t.body.AsGetTransferReply()) {
+        for (uint32_t i = 0; i < r->transferable_len; ++i) CHECK(c.read(1, tr->offsets[i]) == pattern(ks[i], 4096));
+        release(c, 1, sb, tr->holding_ids);
+        ok++;
+      } else {
+        // A failed fetch, or one whose GetDone the lossy links kept past the transfer deadline.
+        const Code code = envelope_status(t).code();
+        CHECK((code == Code::kKeyNotFound || code == Code::kTimeout));
+        failed++;
+      }
+    }
+    CHECK(ok > 0);
+    for (auto* l : {&c.to_master, &c.from_master}) l->drop = l->duplicate = 0;
+    c.data.drop = 0;
+    check_quiet(c);
+    // One route per key, and every replica the master names is a live local entry of that owner.
+    for (const auto& k : all) {
+      auto nodes = c.master().replica_nodes(k);
+      REQUIRE(!nodes.empty());
+      for (uint32_t n : nodes) CHECK(c.owner(int(n) - 1).local_state(k) == 2);
+      if (c.owner(1).local_state(k) == 2) CHECK(std::count(nodes.begin(), nodes.end(), 2u) == 1);
+    }
+    MESSAGE("seed " << seed << ": " << ok << " restores, " << failed << " failed fetches, " << c.messages_dropped()
+                    << " messages dropped, " << c.transfers_failed() << " fetches failed");
+  }
+}
+
+TEST_CASE("a client that dies with remote fetches in flight leaves nothing behind") {
+  sim::Cluster c(seed_from_env(171), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  auto keys = keys_of("die-", 5);
+  put_live(c, 0, sa, keys);
+  c.data.min_delay = c.data.max_delay = 200;
+  auto g = get_start(c, 1, sb, keys);
+  REQUIRE(g.body.AsGetStartReply()->owner_rpc);
+  c.run_for(20);
+  c.close_session(1, sb);
+  check_quiet(c);
+  CHECK(c.owner(1).stats().holders == 0);
+  CHECK(c.owner(1).stats().active_get_handles == 0);
+}
+
+TEST_CASE("a key being fetched is inflight for put_start; the handle TTL releases a forgotten remote handle") {
+  sim::Cluster c(seed_from_env(181), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  put_live(c, 0, sa, {"inf-0"});
+  c.data.min_delay = c.data.max_delay = 200;
+  auto g = get_start(c, 1, sb, {"inf-0"});
+  REQUIRE(g.body.AsGetStartReply()->owner_rpc);
+  auto p = put_start(c, 1, sb, {"inf-0"});
+  Status s = envelope_status(p);
+  CHECK(s.code() == Code::kKeyConflict);
+  CHECK(s.reasons == std::vector<ConflictReason>{ConflictReason::kInflight});
+  // Forgotten handle: the TTL (1 s here) runs the cancel path.
+  c.run_for(1500);
+  CHECK(c.owner(1).counters().handle_ttl_expired_total == 1);
+  check_quiet(c);
+  CHECK(c.owner(1).stats().holders == 0);
+}
+
+// ---- the master's side of remote gets, driven directly ------------------------------------------
+
+namespace {
+Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
+  wire::PutDoneT pd;
+  pd.node_id = node;
+  pd.generation = 1;
+  pd.put_id = put_id;
+  pd.items.push_back(std::make_unique<wire::RouteItemT>());
+  pd.items[0]->key = key;
+  pd.items[0]->offset = offset;
+  pd.items[0]->len = 4096;
+  return m.handle(make_envelope(std::move(pd)));
+}
+wire::GetStartStatus m_start(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, Millis now = 0) {
+  wire::BatchGetStartT g;
+  g.node_id = node;
+  g.generation = 1;
+  g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, key, get_id}));
+  return m.handle(make_envelope(std::move(g)), now).body.AsBatchGetStartReply()->items[0]->status;
+}
+wire::GetDoneStatus m_done(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, uint64_t off) {
+  wire::BatchGetDoneT d;
+  d.node_id = node;
+  d.generation = 1;
+  d.items.push_back(std::make_unique<wire::GetDoneItemT>(wire::GetDoneItemT{{}, key, get_id, off}));
+  return m.handle(make_envelope(std::move(d))).body.AsBatchGetDoneReply()->results[0];
+}
+bool m_remove(MasterCore& m, uint32_t node, const std::string& key, uint32_t origin, uint64_t put_id, bool* busy) {
+  wire::RemoveRoutesT rr;
+  auto it = std::make_unique<wire::RemoveRouteT>();
+  it->key = key;
+  it->node_id = node;
+  it->generation = 1;
+  it->put_id = put_id;
+  it->origin_node = origin;
+  it->origin_generation = 1;
+  rr.items.push_back(std::move(it));
+  auto rep = m.handle(make_envelope(std::move(rr)));
+  *busy = rep.body.AsRemoveRoutesReply()->busy[0];
+  return rep.body.AsRemoveRoutesReply()->removed[0];
+}
+}  // namespace
+
+TEST_CASE("G6 (master): one prepared get per (key, requester); another requester is never serialised") {
+  MasterCore m;
+  m_put(m, 1, 7, "k", 0);
+  CHECK(m_start(m, 2, "k", 100) == wire::GetStartStatus::Started);
+  CHECK(m_start(m, 2, "k", 100) == wire::GetStartStatus::Started);  // T1: the same get again
+  CHECK(m_start(m, 2, "k", 101) == wire::GetStartStatus::Busy);     // a second get of the same requester
+  CHECK(m_start(m, 3, "k", 200) == wire::GetStartStatus::Started);  // another owner: fine
+  CHECK(m_start(m, 1, "k", 300) == wire::GetStartStatus::AlreadyLocal);
+  CHECK(m_start(m, 2, "nope", 102) == wire::GetStartStatus::Miss);
+  CHECK(m.inflight_get_count() == 2);
+  CHECK(m_done(m, 2, "k", 100, 8192) == wire::GetDoneStatus::Live);
+  CHECK(m_done(m, 2, "k", 100, 8192) == wire::GetDoneStatus::Live);   // T1: a re-sent Done converges
+  CHECK(m_done(m, 2, "k", 100, 12288) == wire::GetDoneStatus::Stale); // another slot: not this get's
+  CHECK(m.replica_nodes("k") == std::vector<uint32_t>{1, 2});
+  // T2: the second requester's Done of the same version publishes its own replica.
+  CHECK(m_done(m, 3, "k", 200, 4096) == wire::GetDoneStatus::Live);
+  CHECK(m.replica_nodes("k") == std::vector<uint32_t>{1, 2, 3});
+  CHECK(m.inflight_get_count() == 0);
+}
+
+TEST_CASE("master: a source is fenced while read; Done of a removed or replaced version is stale; TTL ends gets") {
+  MasterCore m(1000);
+  m_put(m, 1, 7, "k", 0);
+  REQUIRE(m_start(m, 2, "k", 100, 0) == wire::GetStartStatus::Started);
+  bool busy = false;
+  CHECK_FALSE(m_remove(m, 1, "k", 1, 7, &busy));
+  CHECK(busy);  // the activity fence: node 1's copy is being read
+  m.tick(999);
+  CHECK(m.inflight_get_count() == 1);
+  m.tick(1000);  // TTL: the get expires, its fence goes
+  CHECK(m.inflight_get_count() == 0);
+  CHECK(m_remove(m, 1, "k", 1, 7, &busy));
+  CHECK_FALSE(busy);
+  CHECK(m.route_count() == 0);
+  CHECK(m_done(m, 2, "k", 100, 0) == wire::GetDoneStatus::Stale);  // expired and gone: never published
+  CHECK(m.route_count() == 0);
+
+  // A newer local version replaces the route while a peer fetches the old one: its Done is stale.
+  m_put(m, 1, 8, "v", 0);
+  REQUIRE(m_start(m, 2, "v", 101) == wire::GetStartStatus::Started);
+  CHECK(m_put(m, 1, 9, "v", 4096).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+  CHECK_FALSE(m_remove(m, 1, "v", 1, 8, &busy));  // the old slot is still being read
+  CHECK(busy);
+  CHECK(m_done(m, 2, "v", 101, 0) == wire::GetDoneStatus::Stale);
+  CHECK(m_remove(m, 1, "v", 1, 8, &busy) == false);  // absent now: the owner may free the old slot
+  CHECK_FALSE(busy);
+  CHECK(m.replica_nodes("v") == std::vector<uint32_t>{1});
+}
+
+TEST_CASE("master: the last replica's removal removes the route; a late duplicate PutDone of a replica stays dead") {
+  MasterCore m;
+  m_put(m, 1, 7, "k", 0);
+  REQUIRE(m_start(m, 2, "k", 100) == wire::GetStartStatus::Started);
+  REQUIRE(m_done(m, 2, "k", 100, 4096) == wire::GetDoneStatus::Live);
+  bool busy = false;
+  CHECK(m_remove(m, 1, "k", 1, 7, &busy));  // origin's copy goes; node 2 still serves the key
+  CHECK(m.route_count() == 1);
+  CHECK(m.replica_nodes("k") == std::vector<uint32_t>{2});
+  CHECK(m_remove(m, 2, "k", 1, 7, &busy));
+  CHECK(m.route_count() == 0);
+  // Node 2 re-publishing its removed copy late (a resync that crossed the removal) is refused.
+  wire::PutDoneT pd;
+  pd.node_id = 2;
+  pd.generation = 1;
+  pd.put_id = 55;
+  pd.items.push_back(std::make_unique<wire::RouteItemT>());
+  pd.items[0]->key = "k";
+  pd.items[0]->offset = 4096;
+  pd.items[0]->len = 4096;
+  pd.items[0]->origin_node = 1;
+  pd.items[0]->origin_generation = 1;
+  pd.items[0]->origin_put_id = 7;
+  CHECK(m.handle(make_envelope(std::move(pd))).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);
+  CHECK(m.route_count() == 0);
+}
