@@ -114,3 +114,73 @@ def test_cluster_across_two_hosts_survives_a_partition(two_hosts, tmp_path):
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def test_remote_get_across_two_hosts(two_hosts, tmp_path):
+    """Host A's client writes; host B's client reads: the bytes cross the veth link over the TCP
+    data plane from owner 1's segment into owner 2's, then B reads them locally."""
+    mport, p1, p2 = free_port(), free_port(), free_port()
+    name = f"netr{TAG}"
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(textwrap.dedent(f"""
+        cluster_name: {name}
+        master: {{listen_host: {IP_A}, port: {mport}}}
+        owners:
+          - {{node_id: 1, listen_host: {IP_A}, port: {p1}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
+              local_reserve_grant_bytes: 16MiB}}
+          - {{node_id: 2, listen_host: {IP_B}, port: {p2}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
+              local_reserve_grant_bytes: 16MiB}}
+    """))
+    procs = []
+
+    def start(ns, *args, **kw):
+        log = open(tmp_path / f"{args[0]}-{ns}.log", "ab")
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *args], stdout=log, stderr=subprocess.STDOUT, **kw)
+        procs.append(p)
+        return p
+
+    def client(ns, ip, port, body):
+        code = textwrap.dedent(f"""
+            import sys, ctypes
+            sys.path.insert(0, {str(BUILD / 'python')!r})
+            import fluxon
+            c = fluxon.KvClient({{"cluster_name": {name!r}, "owner_address": "{ip}:{port}"}})
+        """) + textwrap.dedent(body) + "\nc.close()\n"
+        return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True,
+                              text=True, timeout=60)
+
+    try:
+        start(NS_A, FLUXON_BIN, "master", "--config", str(cfg))
+        time.sleep(0.5)
+        start(NS_A, FLUXON_BIN, "owner", "--config", str(cfg), "--node-id", "1")
+        start(NS_B, FLUXON_BIN, "owner", "--config", str(cfg), "--node-id", "2")
+        time.sleep(1.0)
+        w = client(NS_A, IP_A, p1, """
+            keys = [f"x{i}" for i in range(8)]
+            p = c.local_fast_put_start(keys, 65536)
+            for i, ptr in enumerate(fluxon.plan_pointers(p)):
+                ctypes.memset(ptr, 65 + i, 65536)
+            c.local_fast_put_commit(p).result(20)
+            print("written")
+        """)
+        assert w.returncode == 0 and w.stdout.split() == ["written"], w.stderr
+        r = client(NS_B, IP_B, p2, """
+            keys = [f"x{i}" for i in range(8)]
+            for attempt in range(2):
+                h, r = c.get_start(keys)
+                rp = c.get_transfer(h)
+                ok = all(ctypes.string_at(ptr, 65536) == bytes([65 + i]) * 65536
+                         for i, ptr in enumerate(fluxon.plan_pointers(rp)))
+                c.release_views(rp)
+                print(r.transferable_len, r.remote_keys, r.local_keys, ok)
+        """)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == ["8 8 0 True", "8 0 8 True"]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -1,0 +1,138 @@
+"""Remote gets (L3) between owner daemons: a key put through one owner is read through another, its
+bytes fetched over the TCP data plane into the reader's owner segment, then served locally."""
+
+import ctypes
+import os
+import random
+import signal
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import fluxon
+from conftest import Cluster, free_port
+
+
+def _put(c, keys, size, seed):
+    rnd = random.Random(seed)
+    vals = {k: bytes(rnd.getrandbits(8) for _ in range(64)) * (size // 64) for k in keys}
+    p = c.local_fast_put_start(keys, size)
+    for k, ptr in zip(keys, fluxon.plan_pointers(p)):
+        ctypes.memmove(ptr, vals[k], size)
+    c.local_fast_put_commit(p).result(20)
+    return vals
+
+
+def _read(c, keys, size, consume=None):
+    h, r = c.get_start(keys)
+    if r.transferable_len == 0:
+        c.cancel_get_transfer(h)
+        return r, []
+    rp = c.get_transfer(h, consume_prefix_len=consume)
+    out = [ctypes.string_at(p, size) for p in fluxon.plan_pointers(rp)]
+    c.release_views(rp)
+    return r, out
+
+
+@pytest.fixture
+def two_owners(tmp_path):
+    c = Cluster(tmp_path, f"rem{os.getpid()}x{free_port()}", owners=2, metrics=True,
+                owner_extra="local_reserve_hard_timeout_ms: 5000\ndata_timeout_ms: 2000").start()
+    yield c
+    c.stop()
+
+
+def _metric(port, name):
+    """The value of an unlabelled sample `name` on the /metrics endpoint at port (None if absent)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.split(" ")[0] == name:
+            return float(line.split()[-1])
+    return None
+
+
+def test_a_key_put_on_one_owner_is_read_through_another(two_owners):
+    a = fluxon.KvClient(two_owners.client_config(0))
+    b = fluxon.KvClient(two_owners.client_config(1))
+    keys = [f"rk{i}" for i in range(32)]
+    size = 64 << 10
+    vals = _put(a, keys, size, 1)
+    r, got = _read(b, keys, size)
+    assert r.transferable_len == 32 and r.leader_keys == 32 and r.remote_keys == 32 and r.local_keys == 0
+    assert got == [vals[k] for k in keys]
+    # The fetched copies are local replicas now: the next read is a local hit (InlineLocal).
+    r2, got2 = _read(b, keys, size)
+    assert r2.local_keys == 32 and r2.remote_keys == 0
+    assert got2 == got
+    sb = b.stats()
+    assert sb["slots_pending"] == 0 and sb["slots_prepared"] == 0 and sb["routes"] == 32
+    # Prometheus: the reader fetched the bytes, the writer served them, the master counts 2 replicas.
+    time.sleep(1.2)  # metrics refresh once a second
+    assert _metric(two_owners.owner_metrics[1], "fluxon_owner_transfer_bytes_total") == 32 * size
+    assert _metric(two_owners.owner_metrics[0], "fluxon_owner_data_served_bytes_total") == 32 * size
+    assert _metric(two_owners.metrics_port, "fluxon_master_replicas") == 64
+    assert _metric(two_owners.metrics_port, "fluxon_master_inflight_gets") == 0
+    a.close()
+    b.close()
+
+
+def test_overlapping_remote_reads_from_many_threads_share_fetches(two_owners):
+    a = fluxon.KvClient(two_owners.client_config(0))
+    b = fluxon.KvClient(two_owners.client_config(1))
+    keys = [f"ov{i}" for i in range(48)]
+    size = 16 << 10
+    vals = _put(a, keys, size, 2)
+    errors = []
+    fetched_by = []
+
+    def reader(t):
+        try:
+            lo = (t * 7) % 32
+            ks = keys[lo:lo + 16]
+            r, got = _read(b, ks, size)
+            assert r.transferable_len == 16, r
+            assert got == [vals[k] for k in ks]
+            fetched_by.append((r.leader_keys, r.joined_keys, r.local_keys))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=reader, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    # Every key was fetched at most once, whatever the overlap (per-key singleflight).
+    leaders = sum(x[0] for x in fetched_by)
+    assert leaders <= 48
+    time.sleep(1.2)
+    assert _metric(two_owners.owner_metrics[1], "fluxon_owner_transfer_keys_total") == leaders
+    sb = b.stats()
+    assert sb["slots_pending"] == 0 and sb["slots_prepared"] == 0
+    a.close()
+    b.close()
+
+
+def test_a_dead_source_fails_the_transfer_and_leaks_nothing(two_owners):
+    a = fluxon.KvClient(two_owners.client_config(0))
+    b = fluxon.KvClient(two_owners.client_config(1))
+    keys = [f"dead{i}" for i in range(4)]
+    _put(a, keys, 8192, 3)
+    a.close()
+    two_owners.stop_owner(0, signal.SIGKILL)  # the master still routes to it
+    h, r = b.get_start(keys)
+    assert r.transferable_len == 4 and r.leader_keys == 4
+    with pytest.raises(fluxon.KeyNotFound, match="fetch from node 1 failed"):
+        b.get_transfer(h)
+    end = time.time() + 10
+    while time.time() < end:
+        s = b.stats()
+        if s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0:
+            break
+        time.sleep(0.1)
+    assert s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0
+    time.sleep(1.2)
+    assert _metric(two_owners.metrics_port, "fluxon_master_inflight_gets") == 0  # revoked
+    b.close()
