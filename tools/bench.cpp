@@ -10,6 +10,7 @@
 
 #include "cluster.hpp"
 #include "fluxon/client/kv_client.hpp"
+#include "fluxon/runtime/transport.hpp"
 
 namespace fluxon::tools {
 
@@ -39,6 +40,87 @@ Pct pct(std::vector<double> v) {
     }                                                                           \
     std::move(_r.value());                                                      \
   })
+
+// Remote gets (L3): keys written through owner 1, read through owner 2, whose owner fetches them over
+// the TCP data plane. Baselines from the same run: the raw data plane (a DataServer and TcpFetcher
+// in this process over loopback, no Fluxon control path) and a local get of the same batch.
+int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& run, int iters) {
+  ClusterConfig cfg = cluster;
+  cfg.client.owner_address = cfg.owners.at(1).listen_host + ":" + std::to_string(cfg.owners.at(1).port);
+  auto bc = BENCH_OK(KvClient::open(cfg));
+  auto& b = *bc;
+  BENCH_OK(b.wait_local_segments_ready());
+  std::printf("\nremote gets: written through owner %u, read through owner %u (%s)\n", cfg.owners[0].node_id,
+              cfg.owners[1].node_id, cfg.client.owner_address.c_str());
+  // Control path: one small key, remote first read vs local second read of the same key.
+  std::vector<double> remote_us, local_us;
+  for (int it = 0; it < iters; ++it) {
+    const std::vector<std::string> keys{"bench:" + run + ":rsmall:" + std::to_string(it)};
+    uint64_t plan = BENCH_OK(a.local_fast_put_start(keys, 4096));
+    if (Status s = BENCH_OK(a.local_fast_put_commit(plan)).result(30); !s.is_ok()) return 1;
+    for (int pass = 0; pass < 2; ++pass) {
+      auto t = Clock::now();
+      auto [h, r] = BENCH_OK(b.get_start(keys));
+      uint64_t rp = BENCH_OK(b.get_transfer(h));
+      (pass == 0 ? remote_us : local_us).push_back(us_since(t));
+      if (Status s = b.release_views(rp); !s.is_ok()) return 1;
+      if (r.transferable_len != 1 || (pass == 0) != (r.leader_keys == 1)) {
+        std::fprintf(stderr, "bench: remote get of one key: transferable %u, leaders %u\n", r.transferable_len,
+                     r.leader_keys);
+        return 1;
+      }
+    }
+  }
+  Pct rp = pct(remote_us), lp = pct(local_us);
+  std::printf("  1 x 4 KiB get_start+get_transfer: remote p50 %.1f us (p99 %.1f), local p50 %.1f us: %.2fx local\n",
+              rp.p50, rp.p99, lp.p50, rp.p50 / lp.p50);
+  // Data path: 32 x 4 MiB per round, fresh keys each round (each is a remote miss on owner 2).
+  const size_t n = 32, len = 4 << 20;
+  std::vector<uint8_t> src(n * len), dst(n * len);
+  std::vector<double> raw_gbs, remote_gbs;
+  // The raw data plane over loopback, same bytes, same batch shape, warm buffers.
+  auto server = DataServer::start("127.0.0.1", 0, src.data(), src.size(), 1);
+  if (!server.ok()) return 1;
+  TcpFetcher fetcher(10000);
+  for (int round = 0; round < 6; ++round) {
+    for (size_t i = 0; i < src.size(); i += 4096) src[i] = uint8_t(i >> 12) ^ uint8_t(round * 3);
+    std::vector<ReadRange> ranges;
+    for (size_t k = 0; k < n; ++k) ranges.push_back(ReadRange{k * len, len, dst.data() + k * len});
+    auto t = Clock::now();
+    if (Status s = fetcher.read("127.0.0.1", (*server)->port(), 1, ranges); !s.is_ok()) return 1;
+    const double raw = n * len / (us_since(t) * 1e3);
+    std::vector<std::string> keys;
+    for (size_t k = 0; k < n; ++k) keys.push_back("bench:" + run + ":rdata:" + std::to_string(round) + ":" + std::to_string(k));
+    uint64_t plan = BENCH_OK(a.local_fast_put_start(keys, len));
+    auto* blob = reinterpret_cast<uint64_t*>(plan);
+    for (size_t k = 0; k < n; ++k) std::memcpy(reinterpret_cast<void*>(blob[2 + k]), src.data() + k * len, len);
+    if (Status s = BENCH_OK(a.local_fast_put_commit(plan)).result(30); !s.is_ok()) return 1;
+    t = Clock::now();
+    auto [h, r] = BENCH_OK(b.get_start(keys));
+    uint64_t rplan = BENCH_OK(b.get_transfer(h));
+    const double remote = n * len / (us_since(t) * 1e3);
+    auto* rb = reinterpret_cast<uint64_t*>(rplan);
+    for (size_t k = 0; k < n; ++k) std::memcpy(dst.data() + k * len, reinterpret_cast<void*>(rb[2 + k]), len);
+    if (Status s = b.release_views(rplan); !s.is_ok()) return 1;
+    if (r.leader_keys != n || std::memcmp(src.data(), dst.data(), n * len) != 0) {
+      std::fprintf(stderr, "bench: remote data round %d: %u leaders or a byte mismatch\n", round, r.leader_keys);
+      return 1;
+    }
+    if (round > 0) {  // round 0 faults fresh slots in on both owners
+      raw_gbs.push_back(raw);
+      remote_gbs.push_back(remote);
+    }
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("  32 x 4 MiB, median of 5 rounds:\n");
+  std::printf("  baseline raw TCP data plane (loopback)  %7.2f GB/s\n", med(raw_gbs));
+  std::printf("  remote get_start + get_transfer         %7.2f GB/s  (%.2fx raw)\n", med(remote_gbs),
+              med(remote_gbs) / med(raw_gbs));
+  return 0;
+}
 
 }  // namespace
 
@@ -178,6 +260,7 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
   std::printf("  get_start + transfer + memcpy out     %7.2f GB/s  (%.2fx memcpy)\n", med(get_gbs),
               med(get_gbs) / med(base_gbs));
   std::printf("  cold round (fresh memory, page faults): put %.2f GB/s, get %.2f GB/s\n", cold_put, cold_get);
+  if (cfg.owners.size() >= 2) return bench_remote(cfg, c, run, iters);
   return 0;
 }
 
