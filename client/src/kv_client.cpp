@@ -493,6 +493,7 @@ Result<std::pair<uint64_t, GetStartResult>> KvClient::get_start(const std::vecto
   h.result.local_keys = rep->local_keys;
   h.result.joined_keys = rep->joined_keys;
   h.result.leader_keys = rep->leader_keys;
+  h.result.sources = std::move(rep->sources);
   if (!h.owner_rpc && (h.holdings.size() != h.result.transferable_len || h.offsets.size() != h.holdings.size()))
     return Status(Code::kInternal, "get_start: reply items do not match transferable_len");
   if (rep->owner_rpc && !h.holdings.empty())

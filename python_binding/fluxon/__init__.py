@@ -51,6 +51,7 @@ class GetStartResult:
     joined_keys: int = 0
     leader_keys: int = 0
     remote_keys: int = 0
+    sources: bytes = b""  # per key of the prefix: 0 local, 1 joined, 2 leader
 
 
 class GetStartHandle:

@@ -10,6 +10,11 @@ hostless backend (get_start -> collective min -> common-prefix retry -> get_tran
 evicted). The ranks agree through a real collective between processes. Restored pages are checked
 byte for byte against what compute would produce.
 
+With --instances N there are N serving instances (each TP ranks attached to an owner of its own, as
+on N GPU hosts) behind a router that keeps a session on its instance except, with odds --migrate
+per turn, when it moves it to another one: the session's history is then in a remote owner (L3)
+and is fetched over the data plane.
+
     PYTHONPATH=build/python python3 -m fluxon.workload --sessions 96 --turns 12 --concurrency 16
 """
 
@@ -58,7 +63,8 @@ class Requests:
         self.prompts = [[rng.randrange(1, 50000) for _ in range(a.system_tokens)] for _ in range(a.system_prompts)]
         self.sessions = []
         for s in range(a.sessions):
-            self.sessions.append({"history": list(self.prompts[s % a.system_prompts]), "turn": 0})
+            self.sessions.append({"history": list(self.prompts[s % a.system_prompts]), "turn": 0,
+                                  "inst": s % a.instances})
         self.rng = rng
         self.a = a
 
@@ -73,7 +79,9 @@ class Requests:
                 user = [self.rng.randrange(1, 50000) for _ in range(self.rng.randint(a.user_tokens // 2, a.user_tokens))]
                 sess["history"] += user
                 out = [self.rng.randrange(1, 50000) for _ in range(a.output_tokens)]
-                batch.append((s, list(sess["history"]), out))
+                if a.instances > 1 and turn > 0 and self.rng.random() < a.migrate:
+                    sess["inst"] = (sess["inst"] + 1 + self.rng.randrange(a.instances - 1)) % a.instances
+                batch.append((s, sess["inst"], list(sess["history"]), out))
                 sess["history"] += out
             yield turn, batch
 
@@ -104,7 +112,7 @@ def expected_page(h: str, rank: int, size: int) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
-def rank_main(rank, a, client_conf, barrier, slots, out_q):
+def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     sys.path.insert(0, a.pythonpath) if a.pythonpath else None
     import fluxon
     from fluxon import _fluxon
@@ -144,7 +152,7 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
     commit_times = {}
     pending_nodes = []
     totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "recomputed", "backup_bytes", "restore_bytes",
-                             "verify_failures", "backups", "restores")}
+                             "verify_failures", "backups", "restores", "remote_restores")}
     per_round = []
     suffix = f"_{a.model}_{rank}_{a.tp}"
 
@@ -199,7 +207,8 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
     for turn, batch in stream.rounds():
         r_tot = cur = {k: 0 for k in totals}
         t_round = time.perf_counter()
-        for i, (sid, tokens, out) in enumerate(batch):
+        mine = [(sid, tokens, out) for sid, at, tokens, out in batch if at == inst]
+        for i, (sid, tokens, out) in enumerate(mine):
             full = len(tokens) // a.page_tokens
             hashes, prev = [], ""
             for p in range(full):
@@ -207,7 +216,7 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
                 hashes.append(prev)
             l1 = min(allgather(pool.lookup_prefix(hashes)))
             rest = hashes[l1:]
-            restored = 0
+            restored = remote = 0
             if rest:
                 if a.prefetch_policy != "best_effort":
                     deadline = time.perf_counter() + (a.prefetch_timeout if a.prefetch_policy == "timeout" else 3600)
@@ -228,8 +237,10 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
                         if ctypes.string_at(pool.slot_ptr(s), page_bytes) != expected_page(h, rank, page_bytes):
                             r_tot["verify_failures"] += 1
                     restored = n
+                    remote = res.remote_pages
                     r_tot["restore_bytes"] += n * page_bytes
                     r_tot["restores"] += 1
+                    r_tot["remote_restores"] += 1 if remote else 0
             # recompute the rest (a deterministic function of the page hash)
             compute = rest[restored:]
             if compute:
@@ -243,12 +254,19 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
             r_tot["requests"] += 1
             r_tot["tokens"] += len(tokens)
             r_tot["l1"] += l1 * a.page_tokens
-            r_tot["l2"] += restored * a.page_tokens
+            r_tot["l2"] += (restored - remote) * a.page_tokens
+            r_tot["l3"] += remote * a.page_tokens
             r_tot["recomputed"] += len(tokens) - (l1 + restored) * a.page_tokens
-            if rank == 0 and not a.json and (i % 16 == 0 or i == len(batch) - 1):
-                done = sum(x["requests"] for x in per_round) + r_tot["requests"]
-                print(f"\r  round {turn + 1}/{a.turns}  requests {done}/{a.sessions * a.turns}", end="", flush=True)
+            if inst == 0 and rank == 0 and not a.json and (i % 16 == 0 or i == len(mine) - 1):
+                print(f"\r  round {turn + 1}/{a.turns}  requests {i + 1}/{len(mine)} on instance 0", end="",
+                      flush=True)
         r_tot["seconds"] = time.perf_counter() - t_round
+        # A turn follows the previous turn of its session: the round ends on every instance, its
+        # backups published, before the next begins (a migrated session finds its history).
+        while pending_nodes:
+            settle()
+            time.sleep(0.0005)
+        round_barrier.wait()
         for k in totals:
             totals[k] += r_tot[k]
         per_round.append(r_tot)
@@ -261,7 +279,7 @@ def rank_main(rank, a, client_conf, barrier, slots, out_q):
     allgather(0)
     stats = client.stats()
     client.close()
-    out_q.put({"rank": rank, "totals": totals, "rounds": per_round,
+    out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round,
                "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v)} for k, v in lat.items()},
                "counters": backend.counters, "owner_stats": stats})
 
@@ -288,6 +306,10 @@ def main(argv=None):
     ap.add_argument("--sessions", type=int, default=96)
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--tp", type=int, default=2, choices=[1, 2])
+    ap.add_argument("--instances", type=int, default=1,
+                    help="serving instances, each with its own owner (L3 hits need 2 or more)")
+    ap.add_argument("--migrate", type=float, default=0.25,
+                    help="odds per turn that the router moves a session to another instance")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
@@ -308,29 +330,40 @@ def main(argv=None):
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
     a.pythonpath = str(Path(__file__).resolve().parent.parent)
 
+    if a.instances < 1 or not 0 <= a.migrate <= 1:
+        raise SystemExit("workload: --instances must be >= 1 and --migrate in [0, 1]")
     cluster = None
     if a.config:
-        client_conf = a.config
-    elif a.tp == 1:
-        client_conf = {"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
-                                   "local_reserve_grant_bytes": "4MiB"}]}
+        if a.instances > 1:
+            raise SystemExit("workload: --config serves one instance; --instances needs the private cluster")
+        client_confs = [a.config]
+    elif a.tp == 1 and a.instances == 1:
+        client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
+                                     "local_reserve_grant_bytes": "4MiB"}]}]
     else:
         tmp = Path(tempfile.mkdtemp(prefix="fluxon-workload-"))
-        mport, oport, mport_metrics = free_port(), free_port(), free_port()
+        mport = free_port()
+        oports = [free_port() for _ in range(a.instances)]
         cfg = tmp / "cluster.yaml"
-        cfg.write_text(f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\n"
-                       f"owners:\n  - {{node_id: 1, port: {oport}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
-                       f" local_reserve_grant_bytes: 4MiB, metrics_port: {mport_metrics}}}\n")
+        text = f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\nowners:\n"
+        for i, op in enumerate(oports):
+            text += (f"  - {{node_id: {i + 1}, port: {op}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
+                     f" local_reserve_grant_bytes: 4MiB}}\n")
+        cfg.write_text(text)
         fb = find_fluxon_bin()
         subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)
         cluster = (fb, cfg)
-        client_conf = {"client": {"owner_address": f"127.0.0.1:{oport}"}}
+        client_confs = [{"client": {"owner_address": f"127.0.0.1:{op}"}} for op in oports]
     try:
         ctx = mp.get_context("spawn")
-        barrier = ctx.Barrier(a.tp)
-        slots = ctx.Array("q", a.tp)
+        round_barrier = ctx.Barrier(a.tp * a.instances)
         q = ctx.Queue()
-        procs = [ctx.Process(target=rank_main, args=(r, a, client_conf, barrier, slots, q)) for r in range(a.tp)]
+        procs = []
+        # Kept referenced until the ranks are done: a collected Barrier unlinks its semaphores.
+        collectives = [(ctx.Barrier(a.tp), ctx.Array("q", a.tp)) for _ in range(a.instances)]
+        for inst, (barrier, slots) in enumerate(collectives):
+            procs += [ctx.Process(target=rank_main, args=(inst, r, a, client_confs[inst], barrier, slots,
+                                                          round_barrier, q)) for r in range(a.tp)]
         for p in procs:
             p.start()
         results = []
@@ -344,15 +377,26 @@ def main(argv=None):
                     for p in procs:
                         p.kill()
                     raise SystemExit(f"workload: rank process exited with {dead[0].exitcode}")
-        results.sort(key=lambda x: x["rank"])
+        results.sort(key=lambda x: (x["instance"], x["rank"]))
         for p in procs:
             p.join()
     finally:
         if cluster:
             subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
-    r0 = results[0]
+    # The instances' rank 0 together: requests and tokens add up, a round lasts as long as its slowest.
+    leads = [r for r in results if r["rank"] == 0]
+    r0 = {"totals": {}, "rounds": []}
+    for k in leads[0]["totals"]:
+        r0["totals"][k] = (max if k == "seconds" else sum)(x["totals"][k] for x in leads)
+    for i in range(len(leads[0]["rounds"])):
+        r0["rounds"].append({k: (max if k == "seconds" else sum)(x["rounds"][i][k] for x in leads)
+                             for k in leads[0]["rounds"][i]})
+    r0["latency_us"] = leads[0]["latency_us"]
+    r0["counters"] = {k: sum(x["counters"][k] for x in leads) for k in leads[0]["counters"]}
+    r0["owner_stats"] = {k: sum(x["owner_stats"][k] for x in leads) for k in leads[0]["owner_stats"]}
     t = r0["totals"]
-    report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results}
+    report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results,
+              "totals": t, "rounds": r0["rounds"]}
     if a.json:
         print(json.dumps(report, indent=1))
         return 0 if all(r["totals"]["verify_failures"] == 0 for r in results) else 1
@@ -366,19 +410,21 @@ def main(argv=None):
               f"{r['backup_bytes'] / 1e6:10.1f} {r['restore_bytes'] / 1e6:11.1f} {r['requests'] / r['seconds']:7.1f}")
     tok = max(1, t["tokens"])
     print(f"total: {t['requests']} requests, {t['tokens']} tokens in {t['seconds']:.2f} s = "
-          f"{t['requests'] / t['seconds']:.1f} req/s (rank 0); hits L1 {100 * t['l1'] / tok:.1f}% "
+          f"{t['requests'] / t['seconds']:.1f} req/s ({a.instances} instance(s) x TP {a.tp}); hits L1 {100 * t['l1'] / tok:.1f}% "
           f"L2 {100 * t['l2'] / tok:.1f}% L3 {100 * t['l3'] / tok:.1f}% total "
           f"{100 * (t['l1'] + t['l2'] + t['l3']) / tok:.1f}%; recomputed {t['recomputed']} tokens; "
+          f"{t['remote_restores']} of {t['restores']} restores fetched from a remote owner; "
           f"backup {t['backup_bytes'] / 1e6:.1f} MB, restore {t['restore_bytes'] / 1e6:.1f} MB")
     for k, v in r0["latency_us"].items():
         note = "  (observed at the next scheduler poll)" if k == "commit_to_future" else ""
-        print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls){note}")
+        print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls, instance 0 rank 0){note}")
     bad = sum(r["totals"]["verify_failures"] for r in results)
     mism = [r["counters"]["tp_mismatch_retry"] for r in results]
     st = r0["owner_stats"]
     ctr = r0["counters"]
     print(f"  owner slots: {st['slots_committed']} committed, {st['slots_free']} free, {st['grants']} grants; "
           f"backups {ctr['backup_backed']} backed, {ctr['backup_conflict']} already stored, "
+          f"{ctr['backup_stored_elsewhere']} stored first by another owner, "
           f"{ctr['backup_failed'] + ctr['backup_write_failed']} failed; restores failed {ctr['restore_failed']}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")

@@ -290,6 +290,7 @@ PYBIND11_MODULE(_fluxon, m) {
              d["joined_keys"] = r.joined_keys;
              d["leader_keys"] = r.leader_keys;
              d["remote_keys"] = r.remote_keys();
+             d["sources"] = py::bytes(reinterpret_cast<const char*>(r.sources.data()), r.sources.size());
              return py::make_tuple(h, d);
            })
       .def("get_transfer",

@@ -51,3 +51,22 @@ def test_workload_reports_a_failed_rank_instead_of_hanging():
     out = run("--sessions", "4", "--turns", "3", "--gpu-pages", "8", "--tp", "2")
     assert out.returncode != 0
     assert "needs more pages" in out.stderr or "exited" in out.stderr
+
+
+def test_workload_two_instances_hit_l3_when_sessions_migrate():
+    """Two serving instances (TP 2 each, an owner each); the router moves sessions between them: a
+    moved session's history is fetched from the other owner (L3), byte-exact, and every rank of an
+    instance agrees on every prefix."""
+    out = run("--sessions", "16", "--turns", "4", "--gpu-pages", "128", "--instances", "2", "--migrate", "0.5",
+              "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    assert len(rep["ranks"]) == 4
+    t = rep["totals"]
+    assert t["requests"] == 64
+    assert t["l3"] > 0 and t["l2"] > 0 and t["remote_restores"] > 0
+    assert all(r["totals"]["verify_failures"] == 0 for r in rep["ranks"])
+    for inst in (0, 1):
+        a, b = [r["totals"] for r in rep["ranks"] if r["instance"] == inst]
+        assert (a["l1"], a["l2"], a["l3"]) == (b["l1"], b["l2"], b["l3"])
+    assert all(r["owner_stats"]["holders"] == 0 and r["owner_stats"]["slots_pending"] == 0 for r in rep["ranks"])

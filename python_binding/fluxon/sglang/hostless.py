@@ -43,6 +43,7 @@ class RestoreResult:
     restored_pages: int
     plan_ptr: Optional[int]
     reason: str  # "hit", "miss", "tp_mismatch", "gate_rejected"
+    remote_pages: int = 0  # of restored_pages, fetched from a remote owner (L3); the rest were local (L2)
 
 
 class HostlessBackend:
@@ -59,7 +60,7 @@ class HostlessBackend:
         self._lock = threading.Lock()
         self.counters = {"backup_started": 0, "backup_write_failed": 0, "backup_conflict": 0, "backup_backed": 0,
                          "backup_failed": 0, "tp_mismatch_retry": 0, "tp_mismatch_miss": 0, "gate_rejected": 0,
-                         "restore_failed": 0, "restored_pages": 0}
+                         "restore_failed": 0, "restored_pages": 0, "backup_stored_elsewhere": 0}
         if register_with_cuda:
             # Failure-table row: registration failure is synchronous, never a silent fallback.
             client.register_segments_with_cuda()
@@ -119,8 +120,10 @@ class HostlessBackend:
                 self.counters["backup_backed"] += 1
             except fluxon.Error as exc:
                 # Failure-table row: the future failed in the background -> clear the staged states.
+                # KeyConflict: another owner published the pages first; they stay reachable there (L3).
                 node.error = exc
-                self.counters["backup_failed"] += 1
+                self.counters["backup_stored_elsewhere" if isinstance(exc, fluxon.KeyConflict)
+                              else "backup_failed"] += 1
                 if self.on_dead_leaf:
                     self.on_dead_leaf(node)
             node.storage_staged = node.storage_local_ready = node.storage_pending = False
@@ -185,7 +188,8 @@ class HostlessBackend:
                 self.client.release_views(plan)
             self.counters["gate_rejected"] += 1
             return RestoreResult(0, None, "gate_rejected")
-        return RestoreResult(n, plan, "hit")
+        remote = n - r.sources[:n].count(0) if len(r.sources) >= n else 0
+        return RestoreResult(n, plan, "hit", remote)
 
     def finish_restore(self, result: RestoreResult, restore_values: Callable[[int], None],
                        rollback: Optional[Callable[[], None]] = None) -> bool:

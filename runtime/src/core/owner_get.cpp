@@ -141,6 +141,7 @@ void OwnerCore::decide_get(PendingGet& pg, Millis now, Outbox& out) {
     if (item.kind == GetItem::Kind::kLocal) r.local_keys++;
     else if (item.leader) r.leader_keys++;
     else r.joined_keys++;
+    r.sources.push_back(item.kind == GetItem::Kind::kLocal ? 0 : item.leader ? 2 : 1);
     all_local = all_local && item.kind == GetItem::Kind::kLocal;
   }
   counters_.get_hit_keys_total += tl;

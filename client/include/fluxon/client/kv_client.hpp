@@ -32,6 +32,7 @@ struct PutOptionalArgs {
 struct GetStartResult : PrefixResult {
   uint32_t local_keys = 0, joined_keys = 0, leader_keys = 0;
   bool owner_rpc = false;  // part of the prefix is fetched from a remote owner
+  std::vector<uint8_t> sources;  // per key of the prefix: 0 local, 1 joined, 2 leader
   uint32_t remote_keys() const { return joined_keys + leader_keys; }
 };
 
