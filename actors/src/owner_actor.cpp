@@ -225,6 +225,8 @@ void export_metrics(OwnerState& st) {
             c.get_done_stale_total);
   m.counter("fluxon_owner_get_transfer_failed_total", "get_transfer calls failed by a remote key",
             c.get_transfer_failed_total);
+  m.counter("fluxon_owner_get_alone_misses_total", "Misses answered without the master (no other owner)",
+            c.get_alone_misses_total);
   m.counter("fluxon_owner_get_wait_timeouts_total", "get_start decided without the master's answer",
             c.get_wait_timeouts_total);
   m.counter("fluxon_owner_transfer_batches_total", "Data-plane fetch batches (one per peer per round)",

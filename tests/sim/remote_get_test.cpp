@@ -475,3 +475,25 @@ TEST_CASE("master: the last replica's removal removes the route; a late duplicat
   CHECK(m.handle(make_envelope(std::move(pd))).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);
   CHECK(m.route_count() == 0);
 }
+
+TEST_CASE("an owner alone in its cluster answers misses without the master; with a peer it asks") {
+  sim::Cluster one(seed_from_env(191), small_owner(), 1);
+  one.run_for(10);
+  const uint64_t s = one.open_session(0);
+  put_live(one, 0, s, {"alone-0"});  // a master reply tells the owner it is alone
+  auto g = get_start(one, 0, s, {"alone-0", "alone-1"});
+  CHECK(g.body.AsGetStartReply()->transferable_len == 1);
+  release_all(one, 0, s, *g.body.AsGetStartReply());
+  CHECK(one.master().counters().get_start_total == 0);
+  CHECK(one.owner(0).counters().get_alone_misses_total == 1);
+
+  sim::Cluster two(seed_from_env(192), small_owner(), 2);
+  two.run_for(10);
+  const uint64_t s2 = two.open_session(0);
+  put_live(two, 0, s2, {"alone-0"});
+  auto g2 = get_start(two, 0, s2, {"alone-0", "alone-1"});
+  CHECK(g2.body.AsGetStartReply()->transferable_len == 1);
+  release_all(two, 0, s2, *g2.body.AsGetStartReply());
+  CHECK(two.master().counters().get_start_total == 1);
+  CHECK(two.owner(0).counters().get_alone_misses_total == 0);
+}

@@ -161,6 +161,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     counters_.replicas_published_total++;
   }
   if (duplicate) counters_.put_done_duplicate_total++;
+  rep.owners = uint32_t(owners_.size());
   return make_envelope(std::move(rep));
 }
 
@@ -242,6 +243,7 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
     fill(r, *best);
     rep.items.push_back(std::move(s));
   }
+  rep.owners = uint32_t(owners_.size());
   return make_envelope(std::move(rep));
 }
 

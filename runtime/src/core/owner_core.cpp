@@ -500,6 +500,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     auto* pr = reply_env.body.AsPutDoneReply();
     // Identity mismatch: keep the job, tick() re-sends.
     if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return;
+    if (pr->owners) cluster_owners_ = pr->owners;
     PublishJob job = std::move(j->second);
     publish_.erase(j);
     for (uint64_t tok : job.tokens) master_tokens_.erase(tok);

@@ -52,6 +52,10 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
       pg.items[i] = GetItem{GetItem::Kind::kFlight, f->second, 0, false};
       continue;
     }
+    if (cluster_owners_ == 1) {  // alone in the cluster: no other copy can exist
+      counters_.get_alone_misses_total++;
+      continue;
+    }
     // Leader: its marker is visible to every later batch before the master hears of it (G2, G3).
     if (batch == 0) batch = next_put_id_++;
     const uint64_t fid = next_flight_++;
@@ -371,6 +375,7 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
     if (!r || r->items.size() != n) return;
     for (size_t i = 0; i < n; ++i)
       if (r->items[i]->get_id != j->second.get_ids[i]) return;
+    if (r->owners) cluster_owners_ = r->owners;
   } else if (j->second.kind == GetJob::Kind::kDone) {
     auto* r = reply_env.body.AsBatchGetDoneReply();
     if (!r || r->results.size() != n) return;

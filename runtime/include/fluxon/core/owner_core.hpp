@@ -68,6 +68,7 @@ struct OwnerCounters {
   uint64_t get_revoked_total = 0, get_done_stale_total = 0, get_transfer_failed_total = 0;
   uint64_t transfer_batches_total = 0, transfer_keys_total = 0, transfer_bytes_total = 0;
   uint64_t transfer_failures_total = 0, get_wait_timeouts_total = 0, remove_busy_total = 0;
+  uint64_t get_alone_misses_total = 0;  // misses answered without the master: no other owner exists
 };
 
 class OwnerCore {
@@ -286,6 +287,9 @@ class OwnerCore {
   std::map<uint64_t, std::vector<uint64_t>> transfers_;  // transfer batch -> flights
   std::string data_host_;
   uint16_t data_port_ = 0;
+  // Owners the master knows, from its latest reply (0: not known yet). When this owner is alone, a
+  // key missing here is missing everywhere: get_start does not ask the master.
+  uint32_t cluster_owners_ = 0;
   std::unordered_map<uint64_t, Handle> handles_;
   std::unordered_map<uint64_t, Holding> holdings_;
   std::unordered_map<uint64_t, Session> sessions_;
