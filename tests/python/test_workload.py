@@ -68,5 +68,6 @@ def test_workload_two_instances_hit_l3_when_sessions_migrate():
     assert all(r["totals"]["verify_failures"] == 0 for r in rep["ranks"])
     for inst in (0, 1):
         a, b = [r["totals"] for r in rep["ranks"] if r["instance"] == inst]
-        assert (a["l1"], a["l2"], a["l3"]) == (b["l1"], b["l2"], b["l3"])
+        # Same prefix on both ranks; where each rank's copy came from (L2 or L3) may differ.
+        assert (a["l1"], a["l2"] + a["l3"]) == (b["l1"], b["l2"] + b["l3"])
     assert all(r["owner_stats"]["holders"] == 0 and r["owner_stats"]["slots_pending"] == 0 for r in rep["ranks"])
