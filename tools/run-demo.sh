@@ -15,5 +15,5 @@ echo "== the same through the Python API"
 PYTHONPATH=${FLUXON_BUILD_DIR:-build}/python /usr/bin/python3 tools/demo.py configs/client-local-cluster.yaml
 "$BIN" cluster down configs/local-cluster.yaml
 trap - EXIT
-echo "== the multi-turn agent workload: 2 TP ranks as 2 processes over a private cluster"
-"$BIN" workload --sessions 32 --turns 6 --gpu-pages 384
+echo "== the multi-turn agent workload: 2 instances x 2 TP rank processes over a private cluster (L3 when sessions move)"
+"$BIN" workload --sessions 32 --turns 6 --gpu-pages 384 --instances 2
