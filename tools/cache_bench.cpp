@@ -75,11 +75,17 @@ Ratio run_tinylfu(const std::vector<Req>& t, uint64_t cap, uint64_t keys, bool a
   o.shards = 16;
   o.estimated_entries = keys;
   WeightedCache<uint64_t, uint32_t> c(o);
-  return replay(t, [&](const Req& r) {
+  auto res = replay(t, [&](const Req& r) {
     if (c.touch(r.key)) return true;
     (void)c.insert(r.key, r.weight, r.weight);
     return false;
   });
+  if (adaptive && std::getenv("FLUXON_CACHE_BENCH_VERBOSE")) {
+    const auto v = c.window_votes();
+    std::fprintf(stderr, "  window at the end %.3f of shard 0; votes larger %llu, smaller %llu\n", c.window_ratio(),
+                 (unsigned long long)v.first, (unsigned long long)v.second);
+  }
+  return res;
 }
 
 Ratio run_lru(const std::vector<Req>& t, uint64_t cap) {
@@ -175,8 +181,11 @@ std::vector<Req> llm_trace(size_t n, uint64_t seed, uint64_t* distinct_pages) {
 }
 
 // One trace at one capacity: LRU, W-TinyLFU with a fixed 1% window (Moka's policy), and with the
-// hill-climbed window (Caffeine's); hit ratio, then byte-hit ratio; deltas against LRU.
+// adaptive window (ghost votes, weighted_cache.hpp); hit ratio, then byte-hit ratio; deltas against LRU.
+std::string g_only;  // --only: rows whose trace name contains it
+
 void row(const char* name, const char* size, const std::vector<Req>& t, uint64_t cap, uint64_t keys) {
+  if (!g_only.empty() && std::string(name).find(g_only) == std::string::npos) return;
   const Ratio l = run_lru(t, cap), f = run_tinylfu(t, cap, keys, false), a = run_tinylfu(t, cap, keys, true);
   std::printf("%-25s %-5s %6.2f %6.2f %+6.2f %6.2f %+6.2f | %6.2f %6.2f %+6.2f %6.2f %+6.2f\n", name, size, l.hit, f.hit,
               f.hit - l.hit, a.hit, a.hit - l.hit, l.byte_hit, f.byte_hit, f.byte_hit - l.byte_hit, a.byte_hit,
@@ -198,6 +207,7 @@ int main(int argc, char** argv) {
   size_t n = 4000000;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--requests" && i + 1 < argc) n = std::stoull(argv[++i]);
+    if (std::string(argv[i]) == "--only" && i + 1 < argc) g_only = argv[++i];
   }
   const uint64_t keys = 1000000;
   std::printf("hit ratio | byte-hit ratio, %%, same capacity: LRU, W-TinyLFU fixed 1%% window, W-TinyLFU adaptive window\n");
@@ -233,7 +243,7 @@ int main(int argc, char** argv) {
   {
     uint64_t distinct = 0;
     auto t = llm_trace(n, 45, &distinct);
-    for (double frac : {0.05, 0.10, 0.20}) {
+    for (double frac : {0.01, 0.02, 0.05, 0.10, 0.20}) {
       const uint64_t cap = uint64_t(distinct * frac) * 4718592;
       char size[16];
       std::snprintf(size, sizeof size, "%.0f%%", frac * 100);
@@ -243,6 +253,7 @@ int main(int argc, char** argv) {
                 t.size());
   }
 
+  if (!g_only.empty()) return 0;
   // get throughput on both cores, all hits, against a tbb::concurrent_hash_map lookup.
   const uint64_t tkeys = 1 << 20;
   const size_t ops = 4000000;

@@ -262,3 +262,68 @@ TEST_CASE("W-TinyLFU keeps a hot set through a scan that flushes an LRU") {
   for (uint64_t k = 0; k < 500; ++k) hot += c.contains(k);
   CHECK(hot > 450);
 }
+
+namespace {
+// Multi-turn shape: each "session" writes fresh keys and reads them again a few turns later, the
+// gap longer than a 1% window but well inside the capacity (an LRU hits every re-read).
+double recency_run(Cache& c, uint64_t* lru_hits, uint64_t* reads) {
+  std::mt19937_64 rng(5);
+  std::deque<std::vector<uint64_t>> recent;
+  uint64_t next = 1, hits = 0;
+  *reads = 0;
+  for (int turn = 0; turn < 6000; ++turn) {
+    std::vector<uint64_t> fresh;
+    for (int i = 0; i < 8; ++i) fresh.push_back(next++);
+    for (uint64_t k : fresh) (void)c.insert(k, k, 1);
+    recent.push_back(fresh);
+    if (recent.size() > 40) recent.pop_front();
+    // re-read a turn 20..39 back: 160..320 keys ago, inside a capacity of 1000
+    const auto& old = recent[rng() % 20];
+    for (uint64_t k : old) {
+      ++*reads;
+      if (c.touch(k)) hits++;
+      else (void)c.insert(k, k, 1);
+    }
+  }
+  *lru_hits = *reads;  // an LRU of 1000 holds every key re-read here
+  return double(hits) / double(*reads);
+}
+}  // namespace
+
+TEST_CASE("adaptive window: a recency-heavy workload grows the window until re-reads hit like an LRU") {
+  Cache::Options o = opts(1000);
+  Cache fixed([&] { auto f = opts(1000); f.adaptive_window = false; return f; }());
+  Cache adaptive(o);
+  uint64_t lru = 0, reads = 0;
+  const double f = recency_run(fixed, &lru, &reads);
+  const double a = recency_run(adaptive, &lru, &reads);
+  MESSAGE("fixed 1% window " << f << ", adaptive " << a << ", window " << adaptive.window_ratio());
+  CHECK(adaptive.window_ratio() > 0.5);
+  CHECK(a > 0.97);
+  CHECK(a > f + 0.3);
+  CHECK(adaptive.window_votes().first > adaptive.window_votes().second);
+  CHECK(adaptive.max_capacity() == 1000);  // S5: the window moves inside the capacity
+  CHECK(adaptive.weighted_size() <= 1000);
+}
+
+TEST_CASE("adaptive window: a frequency-heavy workload keeps it small; the ghosts stay bounded") {
+  Cache c(opts(1000));
+  std::mt19937_64 rng(9);
+  uint64_t one_hit = 1 << 30;
+  int hot_hits = 0, hot_reads = 0;
+  for (int i = 0; i < 200000; ++i) {
+    if (rng() % 2) {  // a hot set of 600 keys, read over and over
+      const uint64_t k = rng() % 600;
+      hot_reads++;
+      if (c.touch(k)) hot_hits++;
+      else (void)c.insert(k, k, 1);
+    } else {  // one-hit wonders
+      (void)c.insert(one_hit++, 0, 1);
+    }
+  }
+  MESSAGE("window " << c.window_ratio() << ", hot hit ratio " << double(hot_hits) / hot_reads << ", ghosts "
+                    << c.ghost_entries());
+  CHECK(c.window_ratio() < 0.1);
+  CHECK(double(hot_hits) / hot_reads > 0.9);
+  CHECK(c.ghost_entries() <= 2 * (1000 / 16 + 1));  // each ghost forgets after 1/16 of the capacity on its clock
+}

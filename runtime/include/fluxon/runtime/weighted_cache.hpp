@@ -9,9 +9,17 @@
 //     candidate competes with the probation's LRU *victim(s)* on the TinyLFU frequency estimate:
 //     one victim after another is evicted while the candidate is more frequent, until its weight
 //     fits; if a victim wins, the candidate is evicted instead. Weights are bytes.
-//   - the window size adapts by hill climbing on the sampled hit rate (Einziger et al., "Adaptive
-//     Software Cache Management", Middleware 2018), so recency-heavy workloads (multi-turn prefix
-//     chains) get an LRU-like cache and frequency-heavy ones a large main space.
+//   - the window size adapts to the workload from two ghost lists (hashes only): candidates the
+//     admission rejected and probation victims it evicted. A miss on a rejected candidate that a
+//     window larger by a horizon H would still have held is a vote for a larger window; a miss on
+//     a victim that a main space larger by H would still have held is a vote for a smaller one.
+//     Both ghosts forget on the clock of their own region (weight inserted into the window, weight
+//     evicted from main), so the votes weigh the marginal value of the same H bytes on either
+//     side, whatever the rates of rejection and eviction. A vote moves the window by a share of its
+//     size that grows with a run of votes the same way (up to 32x). Recency-heavy workloads
+//     (multi-turn prefix chains) get an LRU-like cache within a few hundred misses, frequency-heavy
+//     ones keep a small window. (Hill climbing on the sampled hit rate, as in Caffeine, was measured
+//     first: too slow to learn on the prefix trace or too noisy on Zipf; see tools/cache_bench.cpp.)
 // Reads take the shard lock shared and only mark the entry referenced and count it in the
 // sketch; the LRU order is repaired lazily (second chance) by writers under the exclusive lock.
 //
@@ -94,7 +102,7 @@ class WeightedCache {
     uint64_t estimated_entries = 1 << 16;  // sizes the frequency sketch
     double window_ratio = 0.01;
     double protected_ratio = 0.80;     // of the main space
-    bool adaptive_window = true;       // hill-climb the window size on the sampled hit rate
+    bool adaptive_window = true;       // move the window size on the ghosts' votes (see above)
     Listener listener;
   };
 
@@ -163,8 +171,9 @@ class WeightedCache {
         s.sketch.increment(h);
         s.link(Region::kWindow, n);
         s.count.fetch_add(1, std::memory_order_relaxed);
+        s.insert_clock += weight;
+        if (opts_.adaptive_window && opts_.enforce_capacity) s.vote(h, weight);
       }
-      if (opts_.adaptive_window) s.climb();
       maintain(s, ev);
     }
     publish(ev);
@@ -177,10 +186,7 @@ class WeightedCache {
     Shard& s = shard(h);
     std::shared_lock<ShardLock> g(s.m);
     Node* n = s.index.find(h, key);
-    if (!n) {
-      s.sample_misses.store(s.sample_misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return std::nullopt;
-    }
+    if (!n) return std::nullopt;
     s.record_read(*n, h);
     return n->value;
   }
@@ -192,10 +198,7 @@ class WeightedCache {
     Shard& s = shard(h);
     std::shared_lock<ShardLock> g(s.m);
     Node* n = s.index.find(h, key);
-    if (!n) {
-      s.sample_misses.store(s.sample_misses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return false;
-    }
+    if (!n) return false;
     s.record_read(*n, h);
     return true;
   }
@@ -270,11 +273,30 @@ class WeightedCache {
     idle_cv_.wait(g, [&] { return q_.empty() && !delivering_; });
   }
 
-  // The current window share of the first shard (hill climbing moves it): tests and benchmarks.
+  // The current window share of the first shard (the ghosts' votes move it): tests and benchmarks.
   double window_ratio() const {
     const Shard& s = *shards_[0];
     std::shared_lock<ShardLock> g(s.m);
     return s.cap ? double(s.window_cap) / double(s.cap) : 0;
+  }
+  // Hashes the ghosts remember now, all shards (bounded by the horizon: tests).
+  size_t ghost_entries() const {
+    size_t n = 0;
+    for (auto& sp : shards_) {
+      std::shared_lock<ShardLock> g(sp->m);
+      n += sp->rejected.fifo.size() + sp->evicted.fifo.size();
+    }
+    return n;
+  }
+  // Votes for a larger and for a smaller window so far, all shards.
+  std::pair<uint64_t, uint64_t> window_votes() const {
+    std::pair<uint64_t, uint64_t> v{0, 0};
+    for (auto& sp : shards_) {
+      std::shared_lock<ShardLock> g(sp->m);
+      v.first += sp->votes_larger;
+      v.second += sp->votes_smaller;
+    }
+    return v;
   }
 
  private:
@@ -397,11 +419,58 @@ class WeightedCache {
     uint64_t cap = 0, window_cap = 0, protected_cap = 0;
     uint64_t rng = 0;
     FrequencySketch sketch;
-    // Hill climbing on the window size.
-    std::atomic<uint64_t> sample_hits{0}, sample_misses{0};
-    double prev_hit_rate = 0;
-    double step = 0;  // bytes, signed; 0 = not started
-    bool filled = false;
+    // Window adaptation (see the header comment).
+    struct Ghost {
+      std::deque<std::pair<uint64_t, uint64_t>> fifo;  // (hash, region clock when it left)
+      std::unordered_map<uint64_t, uint32_t> live;     // hash -> copies in fifo
+      void forget_before(uint64_t now, uint64_t horizon) {
+        while (!fifo.empty() && now - fifo.front().second > horizon) {
+          auto it = live.find(fifo.front().first);
+          if (it != live.end() && --it->second == 0) live.erase(it);
+          fifo.pop_front();
+        }
+      }
+      void add(uint64_t h, uint64_t now) {
+        fifo.emplace_back(h, now);
+        live[h]++;
+      }
+      bool take(uint64_t h) {
+        auto it = live.find(h);
+        if (it == live.end()) return false;
+        if (--it->second == 0) live.erase(it);
+        return true;
+      }
+    };
+    Ghost rejected, evicted;
+    uint64_t insert_clock = 0, evict_clock = 0;  // weight inserted into the window / evicted from main
+    int64_t run = 0;                             // votes in a row: > 0 larger, < 0 smaller
+    uint64_t votes_larger = 0, votes_smaller = 0;
+    static constexpr double kHorizon = 1.0 / 16;   // H, of the shard's capacity
+    static constexpr double kShare = 1.0 / 64;     // a vote moves the window by this share of it ...
+    static constexpr int64_t kMaxRun = 32;         // ... times the run of equal votes, at most this
+    static constexpr double kMinWindow = 0.01, kMaxWindow = 0.99;
+
+    void remember_rejected(const Node& n) { rejected.add(n.hash, insert_clock); }
+    void remember_evicted(const Node& n) {
+      evict_clock += n.weight;
+      evicted.add(n.hash, evict_clock);
+    }
+    // A new key of `weight` arrives (a miss): did either side lose it for lack of H more bytes?
+    void vote(uint64_t h, uint64_t weight) {
+      const uint64_t horizon = std::max<uint64_t>(1, uint64_t(kHorizon * double(cap)));
+      rejected.forget_before(insert_clock, horizon);
+      evicted.forget_before(evict_clock, horizon);
+      int dir = 0;
+      if (rejected.take(h)) dir = 1;
+      else if (evicted.take(h)) dir = -1;
+      if (dir == 0) return;
+      run = (dir > 0) == (run > 0) ? run + dir : dir;
+      (dir > 0 ? votes_larger : votes_smaller)++;
+      const double w = double(window_cap);
+      const double step = std::max(double(weight), kShare * w * double(std::min(kMaxRun, run > 0 ? run : -run)));
+      window_cap = uint64_t(std::clamp(w + dir * step, kMinWindow * double(cap), kMaxWindow * double(cap)));
+      protected_cap = uint64_t(double(cap - std::min(cap, window_cap)) * 0.80);
+    }
 
     // Reads are recorded in a lossy ring of hashes that writers drain into the sketch under the
     // exclusive lock (Caffeine's read buffer): a read pays no sketch miss. When more than
@@ -413,7 +482,6 @@ class WeightedCache {
 
     void record_read(Node& n, uint64_t h) {
       // Approximate counters: plain relaxed loads and stores, no locked instruction.
-      sample_hits.store(sample_hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       if (!n.referenced.load(std::memory_order_relaxed)) n.referenced.store(true, std::memory_order_relaxed);
       const uint64_t tail = read_tail.load(std::memory_order_relaxed);
       if (tail - read_head.load(std::memory_order_relaxed) >= kReadBuffer) return;  // full: lossy
@@ -428,33 +496,6 @@ class WeightedCache {
       for (; head != tail; ++head) sketch.increment(read_ring[head % kReadBuffer].load(std::memory_order_relaxed));
       read_head.store(tail, std::memory_order_relaxed);
     }
-    // Every sample_period reads: move the window size one step in the direction that raised the
-    // hit rate; restart big steps when the rate jumps, decay them otherwise.
-    void climb() {
-      const uint64_t hits = sample_hits.load(std::memory_order_relaxed);
-      const uint64_t misses = sample_misses.load(std::memory_order_relaxed);
-      // A sample spans ten cache-fulls of reads (Caffeine's choice), at least 512.
-      if (hits + misses < std::max<uint64_t>(512, 10 * count.load(std::memory_order_relaxed))) return;
-      sample_hits.store(0, std::memory_order_relaxed);
-      sample_misses.store(0, std::memory_order_relaxed);
-      // Warm-up raises the hit rate whatever the window does: climb only once the shard is full.
-      if (!filled) {
-        filled = total_w.load(std::memory_order_relaxed) >= cap;
-        return;
-      }
-      const double rate = double(hits) / double(hits + misses);
-      const double change = rate - prev_hit_rate;
-      prev_hit_rate = rate;
-      const double big = 0.0625 * double(cap);
-      if (step == 0) step = big;
-      const double amount = change >= 0 ? step : -step;
-      step = std::abs(change) >= 0.05 ? (amount >= 0 ? big : -big) : 0.98 * amount;
-      if (std::abs(step) < 1) step = amount >= 0 ? 1 : -1;
-      const double lo = double(cap) * 0.01, hi = double(cap) * 0.80;
-      window_cap = uint64_t(std::clamp(double(window_cap) + amount, lo, hi));
-      protected_cap = uint64_t(double(cap - std::min(cap, window_cap)) * 0.80);
-    }
-
     List& list(Region r) { return lists[int(r)]; }
     void link(Region r, Node& n) {
       n.region = r;
@@ -615,10 +656,12 @@ class WeightedCache {
       }
       if (s.admit(*candidate, *victim)) {
         Node* next = prob.after(victim);
+        if (opts_.adaptive_window) s.remember_evicted(*victim);
         s.erase(*victim, RemovalCause::kSize, ev);
         victim = next;
       } else {
         Node* next = prob.after(candidate);
+        if (opts_.adaptive_window) s.remember_rejected(*candidate);
         s.erase(*candidate, RemovalCause::kSize, ev);
         candidate = next;
         candidates--;
