@@ -277,6 +277,7 @@ double recency_run(Cache& c, uint64_t* lru_hits, uint64_t* reads) {
     for (uint64_t k : fresh) (void)c.insert(k, k, 1);
     recent.push_back(fresh);
     if (recent.size() > 40) recent.pop_front();
+    if (recent.size() < 40) continue;
     // re-read a turn 20..39 back: 160..320 keys ago, inside a capacity of 1000
     const auto& old = recent[rng() % 20];
     for (uint64_t k : old) {
