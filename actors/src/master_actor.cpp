@@ -55,12 +55,24 @@ void export_metrics(MasterState& st) {
             c.get_ttl_expired_total);
   m.counter("fluxon_master_remove_busy_total", "Route removals refused while a get read the replica",
             c.remove_busy_total);
+  m.gauge("fluxon_master_replica_tasks_queued", "Replica tasks waiting for a target owner",
+          double(st.core.replica_tasks_queued()));
+  m.counter("fluxon_master_replica_tasks_total", "Replica tasks created by published puts", c.replica_tasks_total);
+  m.counter("fluxon_master_replica_tasks_assigned_total", "Replica tasks handed to a target owner",
+            c.replica_tasks_assigned_total);
+  m.counter("fluxon_master_replica_tasks_no_target_total", "Replica tasks refused: no owner of a target role",
+            c.replica_tasks_no_target_total);
+  m.counter("fluxon_master_replica_tasks_obsolete_total", "Replica tasks dropped: version gone or already there",
+            c.replica_tasks_obsolete_total);
+  for (const auto& [node, n] : st.core.replica_targets())
+    m.counter("fluxon_master_replica_targets_total", "Replica tasks handed to each target node", n,
+              {{"node", std::to_string(node)}});
   m.counter("fluxon_master_errors_total", "Requests answered with an error", c.errors_total);
   m.counter("fluxon_master_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
 }
 
 caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics) {
-  self->state.core = MasterCore(mcfg.get_inflight_ttl_ms);
+  self->state.core = MasterCore(mcfg.get_inflight_ttl_ms, mcfg.replica_target_roles);
   if (metrics && mcfg.metrics_port != 0) {
     try {
       self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);

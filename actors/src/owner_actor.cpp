@@ -225,6 +225,16 @@ void export_metrics(OwnerState& st) {
             c.get_done_stale_total);
   m.counter("fluxon_owner_get_transfer_failed_total", "get_transfer calls failed by a remote key",
             c.get_transfer_failed_total);
+  m.counter("fluxon_owner_replica_keys_requested_total", "Put keys published with a replica task",
+            c.replica_keys_requested_total);
+  m.counter("fluxon_owner_replica_tasks_received_total", "Replica tasks this owner pulled from the master",
+            c.replica_tasks_received_total);
+  m.counter("fluxon_owner_replica_tasks_skipped_total", "Replica tasks for keys already here or on their way",
+            c.replica_tasks_skipped_total);
+  m.counter("fluxon_owner_replica_done_total", "Replicas this owner made (fetched and published)",
+            c.replica_done_total);
+  m.counter("fluxon_owner_replica_failed_total", "Replica tasks whose fetch failed (a later miss, nothing more)",
+            c.replica_failed_total);
   m.counter("fluxon_owner_get_alone_misses_total", "Misses answered without the master (no other owner)",
             c.get_alone_misses_total);
   m.counter("fluxon_owner_get_wait_timeouts_total", "get_start decided without the master's answer",

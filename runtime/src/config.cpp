@@ -61,7 +61,18 @@ Status get_str(const YAML::Node& n, const std::string& key, const std::string& w
   } while (0)
 
 Status parse_master(const YAML::Node& n, MasterConfig& m) {
-  FLX_TRY(check_keys(n, "master", {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms"}));
+  FLX_TRY(check_keys(n, "master", {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms",
+                                   "replica_target_roles"}));
+  if (auto r = n["replica_target_roles"]) {
+    if (!r.IsSequence()) return invalid_argument("master.replica_target_roles: expected a list of roles");
+    m.replica_target_roles.clear();
+    for (const auto& x : r) {
+      const std::string role = x.as<std::string>();
+      if (role != "sglang_owner" && role != "remote_cache")
+        return invalid_argument("master.replica_target_roles: '" + role + "' is not sglang_owner or remote_cache");
+      m.replica_target_roles.push_back(role);
+    }
+  }
   FLX_TRY(get_uint(n, "get_inflight_ttl_ms", "master", m.get_inflight_ttl_ms));
   FLX_TRY(get_str(n, "listen_host", "master", m.listen_host));
   FLX_TRY(get_uint(n, "port", "master", m.port));

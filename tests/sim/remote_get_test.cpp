@@ -497,3 +497,77 @@ TEST_CASE("an owner alone in its cluster answers misses without the master; with
   CHECK(two.master().counters().get_start_total == 1);
   CHECK(two.owner(0).counters().get_alone_misses_total == 0);
 }
+
+// ---- replica tasks ------------------------------------------------------------------------------
+
+namespace {
+Envelope put_opts(sim::Cluster& c, int o, uint64_t s, std::vector<std::string> keys, bool make_replica,
+                  bool write_through, std::vector<bool> mask = {}) {
+  wire::PutStartReqT p;
+  p.keys = keys;
+  p.value_len = 4096;
+  p.make_replica_task = make_replica;
+  p.write_through = write_through;
+  p.make_replica_task_mask = std::move(mask);
+  auto r = c.call(o, s, make_envelope(std::move(p)));
+  auto* ps = r.body.AsPutStartReply();
+  REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
+  for (size_t i = 0; i < keys.size(); ++i) c.write(o, ps->offsets[i], pattern(keys[i], 4096));
+  REQUIRE(c.call(o, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+  return r;
+}
+}  // namespace
+
+TEST_CASE("replica tasks: !write_through && make_replica_task && mask[i] puts a copy on the remote_cache owner only") {
+  sim::Cluster c(seed_from_env(201), small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  put_opts(c, 0, s, {"rep-a0", "rep-a1"}, true, false);                    // broadcast: both
+  put_opts(c, 0, s, {"rep-b0", "rep-b1"}, true, false, {true, false});     // per key
+  put_opts(c, 0, s, {"rep-c0"}, true, true);                               // write_through: none
+  put_opts(c, 0, s, {"rep-d0"}, false, false);                             // local only: none
+  REQUIRE(c.run_until([&] { return c.owner(2).counters().replica_done_total == 3; }, 20000));
+  c.run_for(500);
+  for (const auto& k : {"rep-a0", "rep-a1", "rep-b0"}) {
+    CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1, 3});
+    CHECK(c.owner(2).local_state(k) == 2);
+  }
+  for (const auto& k : {"rep-b1", "rep-c0", "rep-d0"}) CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1});
+  CHECK(c.owner(1).local_state("rep-a0") == 0);  // never another GPU owner (strict target roles)
+  CHECK(c.master().replica_targets().at(3) == 3);
+  CHECK(c.master().replica_targets().count(2) == 0);
+  CHECK(c.owner(0).counters().replica_keys_requested_total == 3);
+  CHECK(c.owner(2).counters().replica_failed_total == 0);
+  // The copy is the source's bytes.
+  const uint64_t s2 = c.open_session(2);
+  auto g = get_start(c, 2, s2, {"rep-a0"});
+  REQUIRE(g.body.AsGetStartReply()->local_keys == 1);
+  CHECK(c.read(2, g.body.AsGetStartReply()->offsets[0]) == pattern("rep-a0", 4096));
+  release_all(c, 2, s2, *g.body.AsGetStartReply());
+  check_quiet(c);
+}
+
+TEST_CASE("S3: the source evicts without waiting for replicas; a replica then serves the key (L3)") {
+  sim::Cluster c(seed_from_env(211), small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+  put_opts(c, 0, s0, {"s3-a", "s3-b"}, true, false);
+  REQUIRE(c.run_until([&] { return c.owner(2).counters().replica_done_total == 2; }, 20000));
+  c.remove_key(0, "s3-a");  // capacity eviction at the source: route first, nothing asked of node 3
+  REQUIRE(c.run_until([&] { return c.master().replica_nodes("s3-a") == std::vector<uint32_t>{3}; }, 5000));
+  auto g = get_start(c, 1, s1, {"s3-a", "s3-b"});
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r->transferable_len == 2);
+  auto t = transfer(c, 1, s1, r->handle_id, 2);
+  REQUIRE(t.body.AsGetTransferReply());
+  CHECK(c.read(1, t.body.AsGetTransferReply()->offsets[0]) == pattern("s3-a", 4096));
+  release(c, 1, s1, t.body.AsGetTransferReply()->holding_ids);
+  // With no owner of a target role, a replica task is refused, never placed on a GPU owner.
+  sim::Cluster two(seed_from_env(212), small_owner(), 2);
+  two.run_for(10);
+  const uint64_t t0 = two.open_session(0);
+  put_opts(two, 0, t0, {"nt-a"}, true, false);
+  two.run_for(500);
+  CHECK(two.master().counters().replica_tasks_no_target_total == 1);
+  CHECK(two.master().replica_nodes("nt-a") == std::vector<uint32_t>{1});
+}

@@ -159,6 +159,18 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;
     counters_.replicas_published_total++;
+    if (item->replica) {  // a replica task for a target-role owner to pull (placement: replica_poll)
+      bool target = false;
+      for (const auto& [node, info] : owners_)
+        if (node != pd.node_id && is_replica_target(node)) target = true;
+      if (!target) {
+        counters_.replica_tasks_no_target_total++;  // strict roles: no fallback to other owners
+      } else {
+        if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
+        replica_queue_.push_back(ReplicaTask{item->key, v, pd.node_id});
+        counters_.replica_tasks_total++;
+      }
+    }
   }
   if (duplicate) counters_.put_done_duplicate_total++;
   rep.owners = uint32_t(owners_.size());
@@ -326,6 +338,34 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
   return make_envelope(std::move(rep));
 }
 
+bool MasterCore::is_replica_target(uint32_t node_id) const {
+  auto it = owners_.find(node_id);
+  if (it == owners_.end()) return false;
+  return std::find(replica_roles_.begin(), replica_roles_.end(), it->second.role) != replica_roles_.end();
+}
+
+Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
+  counters_.replica_polls_total++;
+  wire::ReplicaPollReplyT rep;
+  const OwnerInfo& o = owners_[req.node_id];
+  if (!is_replica_target(req.node_id) || req.generation != o.generation) return make_envelope(std::move(rep));
+  while (!replica_queue_.empty() && rep.keys.size() < req.max) {
+    ReplicaTask t = std::move(replica_queue_.front());
+    replica_queue_.pop_front();
+    auto r = routes_.find(t.key);
+    // Obsolete: the version went or changed, or the poller holds a copy already.
+    if (r == routes_.end() || !(r->second.ver == t.ver) || find_replica(r->second, req.node_id) ||
+        t.source_node == req.node_id) {
+      counters_.replica_tasks_obsolete_total++;
+      continue;
+    }
+    rep.keys.push_back(std::move(t.key));
+    replica_targets_[req.node_id]++;
+    counters_.replica_tasks_assigned_total++;
+  }
+  return make_envelope(std::move(rep));
+}
+
 Envelope MasterCore::handle(const Envelope& req, Millis now) {
   if (auto* r = req.body.AsRegisterOwner()) {
     if (r->generation < owners_[r->node_id].generation) {
@@ -349,6 +389,7 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   if (auto* gd = req.body.AsBatchGetDone()) return get_done(*gd);
   if (auto* gr = req.body.AsBatchGetRevoke()) return get_revoke(*gr);
   if (auto* rr = req.body.AsRemoveRoutes()) return remove_routes(*rr);
+  if (auto* rp = req.body.AsReplicaPoll()) return replica_poll(*rp);
   if (auto* lk = req.body.AsLookup()) {
     counters_.lookups_total++;
     counters_.lookup_keys_total += lk->keys.size();
@@ -385,6 +426,9 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     rep.get_done_total = counters_.get_done_total;
     rep.get_revoked_total = counters_.get_revoked_total;
     rep.remove_busy_total = counters_.remove_busy_total;
+    rep.replica_tasks_queued = replica_queue_.size();
+    rep.replica_tasks_assigned_total = counters_.replica_tasks_assigned_total;
+    rep.replica_tasks_no_target_total = counters_.replica_tasks_no_target_total;
     return make_envelope(std::move(rep));
   }
   if (auto* p = req.body.AsPing()) return make_envelope(wire::PongT{{}, p->seq});

@@ -174,6 +174,9 @@ bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartRe
   plan.slots = std::move(**claimed);
   plan.value_len = req.value_len;
   plan.group_lens = req.atomic_group_lens;
+  plan.replica.resize(n);
+  for (uint32_t i = 0; i < n; ++i)
+    plan.replica[i] = !req.write_through && req.make_replica_task && (!mask || (*mask)[i]);
   wire::PutStartReplyT r;
   r.put_id = put_id;
   r.offsets.reserve(n);
@@ -234,6 +237,8 @@ void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Mi
     job.lens.push_back(plan.value_len);
   }
   job.superseded.assign(plan.keys.size(), false);
+  job.replica = std::move(plan.replica);
+  for (bool r : job.replica) counters_.replica_keys_requested_total += r;
   job.keys = std::move(plan.keys);
   job.slots = std::move(plan.slots);
   reply(OwnerOut::Kind::kReply, session, token, make_envelope(wire::PutCommitReplyT{{}, put_id}), out);
@@ -252,6 +257,7 @@ void OwnerCore::send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbo
     item->key = job.keys[i];
     item->offset = job.offsets[i];
     item->len = job.lens[i];
+    if (i < job.replica.size()) item->replica = job.replica[i];
     if (!job.origins.empty()) {
       item->origin_node = job.origins[i].origin_node;
       item->origin_generation = job.origins[i].origin_generation;
@@ -493,7 +499,11 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
   if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
   auto [kind, id] = t->second;
   if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
-  if (kind == JobKind::kGet) {
+  if (kind == JobKind::kReplicaPoll) {
+    master_tokens_.erase(t);
+    replica_poll_token_ = 0;
+    if (auto* rp = reply_env.body.AsReplicaPollReply()) on_replica_tasks(*rp, now, out);
+  } else if (kind == JobKind::kGet) {
     on_get_job_reply(id, reply_env, now, out);
   } else if (kind == JobKind::kPublish) {
     auto j = publish_.find(id);
@@ -651,7 +661,13 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
 void OwnerCore::on_master_failure(uint64_t token) {
   // The job stays as it is and tick() re-sends it with the same identity when its retry time
   // comes: nothing is freed on a guess (T1). Only the failure is counted.
-  if (master_tokens_.count(token)) counters_.master_failures_total++;
+  auto t = master_tokens_.find(token);
+  if (t == master_tokens_.end()) return;
+  counters_.master_failures_total++;
+  if (t->second.first == JobKind::kReplicaPoll) {  // a poll is not a job: the next tick polls again
+    master_tokens_.erase(t);
+    replica_poll_token_ = 0;
+  }
 }
 
 void OwnerCore::tick(Millis now, Outbox& out) {
@@ -683,6 +699,8 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   serve_pending_gets(now, out, true);
   serve_transfers(now, out);
   launch_transfers(now, out);
+  settle_replica_flights(now, out);
+  poll_replica_tasks(now, out);
   // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
   // soft wait is noted, the hard timeout fails the claim naming its stage.
   serve_waiters(out);

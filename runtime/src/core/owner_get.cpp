@@ -556,4 +556,77 @@ void OwnerCore::release_handle(uint64_t handle_id, Millis now, Outbox& out) {
     if (fid) drop_interest(fid, now, out);
 }
 
+// ---- replica tasks ----------------------------------------------------------------------------
+// The master queues a task for every published key a put asked a replica of; owners of a target
+// role (remote_cache by default) pull them and fetch the keys like any remote get: a flight per
+// key, one BatchGetStart, one payload batch per source, one BatchGetDone that publishes the copy.
+// A failed replica only costs later hits (S3: the source's eviction never waits for it).
+
+void OwnerCore::poll_replica_tasks(Millis now, Outbox& out) {
+  constexpr uint32_t kBatch = 256;        // tasks per poll, and replica flights at most in flight
+  constexpr Millis kIdlePollMs = 100;     // between polls that found nothing
+  if (cluster_owners_ == 1) return;       // alone: nobody to replicate from
+  if (replica_poll_token_ != 0) {
+    if (now - replica_poll_sent_ < Millis(cfg_.master_rpc_timeout_ms)) return;
+    master_tokens_.erase(replica_poll_token_);  // lost on the way: ask again
+    replica_poll_token_ = 0;
+  }
+  if (now < next_replica_poll_ || replica_flights_.size() >= kBatch) return;
+  wire::ReplicaPollT p;
+  p.node_id = cfg_.node_id;
+  p.generation = generation_;
+  p.max = uint32_t(kBatch - replica_flights_.size());
+  replica_poll_token_ = next_master_token_++;
+  replica_poll_sent_ = now;
+  next_replica_poll_ = now + kIdlePollMs;
+  master_tokens_[replica_poll_token_] = {JobKind::kReplicaPoll, 0};
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, replica_poll_token_, make_envelope(std::move(p))});
+}
+
+void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out) {
+  if (rep.keys.empty()) return;
+  next_replica_poll_ = now;  // there may be more: ask again at the next tick
+  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, {}, 0};
+  const uint64_t batch = next_put_id_++;
+  for (const auto& key : rep.keys) {
+    counters_.replica_tasks_received_total++;
+    if (index_.count(key) || flight_of_.count(key) || inflight_.count(key)) {
+      counters_.replica_tasks_skipped_total++;  // here already, or on its way
+      continue;
+    }
+    const uint64_t fid = next_flight_++;
+    Flight fl;
+    fl.key = key;
+    fl.interest = 1;  // held by the task until the flight is terminal
+    fl.wanted = true;
+    fl.batch = batch;
+    fl.group = uint32_t(start.keys.size());  // each replica its own cohort
+    flights_.emplace(fid, std::move(fl));
+    flight_of_[key] = fid;
+    replica_flights_.insert(fid);
+    start.get_ids.push_back(fid);
+    start.keys.push_back(key);
+  }
+  if (start.keys.empty()) return;
+  counters_.get_flights_started_total += start.keys.size();
+  counters_.get_master_batches_total++;
+  queue_get_job(std::move(start), now, out);
+}
+
+void OwnerCore::settle_replica_flights(Millis now, Outbox& out) {
+  std::vector<uint64_t> done;
+  for (uint64_t fid : replica_flights_) {
+    auto it = flights_.find(fid);
+    if (it == flights_.end() || it->second.phase == Phase::kReady || it->second.phase == Phase::kFailed)
+      done.push_back(fid);
+  }
+  for (uint64_t fid : done) {
+    replica_flights_.erase(fid);
+    auto it = flights_.find(fid);
+    if (it != flights_.end() && it->second.phase == Phase::kReady) counters_.replica_done_total++;
+    else counters_.replica_failed_total++;
+    drop_interest(fid, now, out);
+  }
+}
+
 }  // namespace fluxon

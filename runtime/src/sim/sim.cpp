@@ -4,11 +4,13 @@
 
 namespace fluxon::sim {
 
-Cluster::Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners) : seed_(seed), rng_(seed) {
+Cluster::Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners, std::vector<std::string> roles)
+    : seed_(seed), rng_(seed) {
   std::printf("sim: seed=%llu\n", static_cast<unsigned long long>(seed));
   for (int i = 0; i < owners; ++i) {
     OwnerConfig c = owner_cfg;
     c.node_id = uint32_t(i + 1);
+    if (size_t(i) < roles.size()) c.role = roles[size_t(i)];
     OwnerNode n;
     n.core = std::make_unique<OwnerCore>(c, /*generation=*/1000 + i, "sim", c.dram_bytes);
     owners_.push_back(std::move(n));

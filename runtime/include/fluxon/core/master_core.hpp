@@ -9,6 +9,7 @@
 // get. Inflight gets are unique per (key, requester) (G6) and expire after a TTL.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -29,6 +30,8 @@ struct MasterCounters {
   uint64_t get_start_total = 0, get_start_keys_total = 0, get_started_total = 0, get_miss_total = 0;
   uint64_t get_busy_total = 0, get_done_total = 0, get_done_stale_total = 0, get_revoked_total = 0;
   uint64_t get_ttl_expired_total = 0, remove_busy_total = 0;
+  uint64_t replica_tasks_total = 0, replica_tasks_assigned_total = 0, replica_tasks_no_target_total = 0;
+  uint64_t replica_tasks_obsolete_total = 0, replica_polls_total = 0;
   uint64_t owners_registered_total = 0, errors_total = 0, malformed_total = 0;
 };
 
@@ -41,7 +44,8 @@ struct Version {
 
 class MasterCore {
  public:
-  explicit MasterCore(Millis get_ttl_ms = 60000) : get_ttl_ms_(get_ttl_ms) {}
+  explicit MasterCore(Millis get_ttl_ms = 60000, std::vector<std::string> replica_roles = {"remote_cache"})
+      : get_ttl_ms_(get_ttl_ms), replica_roles_(std::move(replica_roles)) {}
 
   // `now` drives the inflight-get TTL only.
   Envelope handle(const Envelope& req, Millis now = 0);
@@ -52,6 +56,9 @@ class MasterCore {
   size_t replica_count() const { return replicas_; }
   size_t owner_count() const { return owners_.size(); }
   size_t inflight_get_count() const { return gets_.size(); }
+  size_t replica_tasks_queued() const { return replica_queue_.size(); }
+  // Replica tasks handed to each target node so far (P2: replica target counts).
+  const std::map<uint32_t, uint64_t>& replica_targets() const { return replica_targets_; }
   const MasterCounters& counters() const { return counters_; }
   // The route's put_id, or 0 when there is none (tests).
   uint64_t route_put_id(const std::string& key) const;
@@ -104,8 +111,19 @@ class MasterCore {
   Envelope get_done(const wire::BatchGetDoneT& req);
   Envelope get_revoke(const wire::BatchGetRevokeT& req);
   Envelope remove_routes(const wire::RemoveRoutesT& req);
+  Envelope replica_poll(const wire::ReplicaPollT& req);
+  bool is_replica_target(uint32_t node_id) const;
 
   Millis get_ttl_ms_;
+  std::vector<std::string> replica_roles_;
+  struct ReplicaTask {
+    std::string key;
+    Version ver;
+    uint32_t source_node;
+  };
+  std::deque<ReplicaTask> replica_queue_;            // FIFO, bounded (oldest dropped when full)
+  std::map<uint32_t, uint64_t> replica_targets_;     // target node -> tasks handed to it
+  static constexpr size_t kReplicaQueueMax = 1 << 20;
   std::unordered_map<std::string, Route> routes_;
   size_t replicas_ = 0;
   std::unordered_map<std::string, Removed> tombstones_;

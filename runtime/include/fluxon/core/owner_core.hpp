@@ -69,6 +69,9 @@ struct OwnerCounters {
   uint64_t transfer_batches_total = 0, transfer_keys_total = 0, transfer_bytes_total = 0;
   uint64_t transfer_failures_total = 0, get_wait_timeouts_total = 0, remove_busy_total = 0;
   uint64_t get_alone_misses_total = 0;  // misses answered without the master: no other owner exists
+  uint64_t replica_keys_requested_total = 0;  // put keys published with a replica task
+  uint64_t replica_tasks_received_total = 0, replica_tasks_skipped_total = 0;
+  uint64_t replica_done_total = 0, replica_failed_total = 0;
 };
 
 class OwnerCore {
@@ -128,6 +131,7 @@ class OwnerCore {
     std::vector<SlotRef> slots;
     uint64_t value_len = 0;
     std::vector<uint32_t> group_lens;
+    std::vector<bool> replica;  // per key: !write_through && make_replica_task && mask[i]
     bool committed = false;
   };
   struct Waiter {
@@ -144,6 +148,7 @@ class OwnerCore {
     std::vector<uint64_t> offsets, lens;
     std::vector<uint32_t> group_lens;
     std::vector<Version> origins;  // resync of fetched replicas: each item's version (else this put)
+    std::vector<bool> replica;     // first publication: the items that get a replica task
     std::vector<uint64_t> tokens;  // every attempt's token; any reply settles the job
     Millis next_send = 0;
     bool resync = false;           // re-publishes live routes after the master came back
@@ -277,7 +282,7 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll };
   std::unordered_map<uint64_t, std::pair<JobKind, uint64_t>> master_tokens_;  // token -> (kind, job id)
   std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
   std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
@@ -290,6 +295,14 @@ class OwnerCore {
   // Owners the master knows, from its latest reply (0: not known yet). When this owner is alone, a
   // key missing here is missing everywhere: get_start does not ask the master.
   uint32_t cluster_owners_ = 0;
+  // Replica tasks this owner pulls from the master (owners of a target role get some) and runs as
+  // flights of their own; the flight's interest is held until it is terminal.
+  std::unordered_set<uint64_t> replica_flights_;
+  uint64_t replica_poll_token_ = 0;
+  Millis next_replica_poll_ = 0, replica_poll_sent_ = 0;
+  void poll_replica_tasks(Millis now, Outbox& out);
+  void on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out);
+  void settle_replica_flights(Millis now, Outbox& out);
   std::unordered_map<uint64_t, Handle> handles_;
   std::unordered_map<uint64_t, Holding> holdings_;
   std::unordered_map<uint64_t, Session> sessions_;

@@ -16,6 +16,10 @@ struct MasterConfig {
   uint16_t port = 7600;
   uint16_t metrics_port = 0;  // 0: no /metrics endpoint
   uint32_t get_inflight_ttl_ms = 60000;  // a prepared remote get not done or revoked by then expires
+  // Replica tasks go only to owners of these roles (the design's restrict_to_remote_only_node_roles
+  // with remote_only_node_roles); with none registered a task is refused (NoSpace), never sent to
+  // another GPU owner.
+  std::vector<std::string> replica_target_roles{"remote_cache"};
 };
 
 struct OwnerConfig {

@@ -24,7 +24,8 @@ struct LinkFaults {
 
 class Cluster {
  public:
-  Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners = 1);
+  // roles[i] (when given) is owner i's role: sglang_owner or remote_cache.
+  Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners = 1, std::vector<std::string> roles = {});
   uint64_t seed() const { return seed_; }
   Millis now() const { return now_; }
 
