@@ -394,7 +394,9 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   }
   if (st.master) {
     self->monitor(st.master);
-    send_to_master(self, 0, st.core->register_request());
+    Outbox out;
+    st.core->start(now_ms(), out);
+    flush(self, out);
   } else {
     start_reconnect(self);
   }

@@ -382,6 +382,8 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     o.segment_len = r->segment_len;
     o.data_host = r->data_host;
     o.data_port = r->data_port;
+    rep.replica_target = is_replica_target(r->node_id);
+    rep.owners = uint32_t(owners_.size());
     return make_envelope(std::move(rep));
   }
   if (auto* pd = req.body.AsPutDone()) return put_done(*pd);

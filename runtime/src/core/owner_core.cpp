@@ -21,6 +21,15 @@ OwnerCore::OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_n
         return o;
       }()) {}
 
+void OwnerCore::start(Millis now, Outbox& out) {
+  now_ = now;
+  if (register_token_) master_tokens_.erase(register_token_);
+  register_token_ = next_master_token_++;
+  register_sent_ = now;
+  master_tokens_[register_token_] = {JobKind::kRegister, 0};
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, register_token_, register_request()});
+}
+
 Envelope OwnerCore::register_request() const {
   wire::RegisterOwnerT r;
   r.node_id = cfg_.node_id;
@@ -499,7 +508,14 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
   if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
   auto [kind, id] = t->second;
   if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
-  if (kind == JobKind::kReplicaPoll) {
+  if (kind == JobKind::kRegister) {
+    master_tokens_.erase(t);
+    register_token_ = 0;
+    if (auto* rr = reply_env.body.AsRegisterOwnerReply()) {
+      replica_target_ = rr->replica_target;
+      set_cluster_owners(rr->owners);
+    }
+  } else if (kind == JobKind::kReplicaPoll) {
     master_tokens_.erase(t);
     replica_poll_token_ = 0;
     if (auto* rp = reply_env.body.AsReplicaPollReply()) on_replica_tasks(*rp, now, out);
@@ -510,7 +526,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     auto* pr = reply_env.body.AsPutDoneReply();
     // Identity mismatch: keep the job, tick() re-sends.
     if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return;
-    if (pr->owners) cluster_owners_ = pr->owners;
+    set_cluster_owners(pr->owners);
     PublishJob job = std::move(j->second);
     publish_.erase(j);
     for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
@@ -602,7 +618,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
 
 void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
   now_ = now;
-  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, 0, register_request()});
+  start(now, out);
   std::map<uint64_t, PublishJob> by_put;  // the original batches: the same identities again
   for (const auto& [key, e] : index_) {
     if (!e.live) continue;
@@ -701,6 +717,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   launch_transfers(now, out);
   settle_replica_flights(now, out);
   poll_replica_tasks(now, out);
+  if (register_token_ && now - register_sent_ >= Millis(cfg_.publish_retry_ms)) start(now, out);
   // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
   // soft wait is noted, the hard timeout fails the claim naming its stage.
   serve_waiters(out);

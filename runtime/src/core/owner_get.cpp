@@ -52,7 +52,7 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
       pg.items[i] = GetItem{GetItem::Kind::kFlight, f->second, 0, false};
       continue;
     }
-    if (cluster_owners_ == 1) {  // alone in the cluster: no other copy can exist
+    if (alone()) {  // alone in the cluster (as of a master reply under a second old): no other copy exists
       counters_.get_alone_misses_total++;
       continue;
     }
@@ -375,7 +375,7 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
     if (!r || r->items.size() != n) return;
     for (size_t i = 0; i < n; ++i)
       if (r->items[i]->get_id != j->second.get_ids[i]) return;
-    if (r->owners) cluster_owners_ = r->owners;
+    set_cluster_owners(r->owners);
   } else if (j->second.kind == GetJob::Kind::kDone) {
     auto* r = reply_env.body.AsBatchGetDoneReply();
     if (!r || r->results.size() != n) return;
@@ -565,7 +565,7 @@ void OwnerCore::release_handle(uint64_t handle_id, Millis now, Outbox& out) {
 void OwnerCore::poll_replica_tasks(Millis now, Outbox& out) {
   constexpr uint32_t kBatch = 256;        // tasks per poll, and replica flights at most in flight
   constexpr Millis kIdlePollMs = 100;     // between polls that found nothing
-  if (cluster_owners_ == 1) return;       // alone: nobody to replicate from
+  if (!replica_target_ || alone()) return;  // not a target role, or alone
   if (replica_poll_token_ != 0) {
     if (now - replica_poll_sent_ < Millis(cfg_.master_rpc_timeout_ms)) return;
     master_tokens_.erase(replica_poll_token_);  // lost on the way: ask again

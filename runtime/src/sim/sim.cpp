@@ -16,7 +16,7 @@ Cluster::Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners, std::v
     owners_.push_back(std::move(n));
     // Registration goes through the faulty network like every other master message.
     Outbox out;
-    out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, 0, owners_.back().core->register_request()});
+    owners_.back().core->start(now_, out);
     flush(i, out);
   }
 }

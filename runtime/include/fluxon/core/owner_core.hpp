@@ -81,8 +81,8 @@ class OwnerCore {
   uint32_t node_id() const { return cfg_.node_id; }
   uint64_t generation() const { return generation_; }
 
-  // A registration request for the master; the actor sends it at start and after reconnects.
-  Envelope register_request() const;
+  // Registers with the master (at start; on_master_reconnected does it again after reconnects).
+  void start(Millis now, Outbox& out);
 
   void on_client_request(uint64_t token, Envelope& req, Millis now, Outbox& out);
   void on_client_note(Envelope& note, Millis now, Outbox& out);
@@ -282,7 +282,11 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister };
+  Envelope register_request() const;
+  bool replica_target_ = false;  // the master hands this owner replica tasks (its role is a target)
+  uint64_t register_token_ = 0;  // registration not answered yet: re-sent from tick()
+  Millis register_sent_ = 0;
   std::unordered_map<uint64_t, std::pair<JobKind, uint64_t>> master_tokens_;  // token -> (kind, job id)
   std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
   std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
@@ -295,6 +299,11 @@ class OwnerCore {
   // Owners the master knows, from its latest reply (0: not known yet). When this owner is alone, a
   // key missing here is missing everywhere: get_start does not ask the master.
   uint32_t cluster_owners_ = 0;
+  Millis owners_seen_at_ = 0;  // when cluster_owners_ was last told; "alone" holds for a second
+  void set_cluster_owners(uint32_t n) {
+    if (n) cluster_owners_ = n, owners_seen_at_ = now_;
+  }
+  bool alone() const { return cluster_owners_ == 1 && now_ - owners_seen_at_ < 1000; }
   // Replica tasks this owner pulls from the master (owners of a target role get some) and runs as
   // flights of their own; the flight's interest is held until it is terminal.
   std::unordered_set<uint64_t> replica_flights_;
