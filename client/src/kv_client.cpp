@@ -643,6 +643,28 @@ Status KvClient::send_raw_for_test(const std::vector<uint8_t>& bytes) {
   return envelope_status(**r);
 }
 
+Result<std::map<std::string, uint64_t>> KvClient::master_stats() {
+  FLUXON_CALL("master_stats");
+  auto c = impl_->current();
+  if (!c.ok()) return c.status();
+  auto r = impl_->call(*c, make_envelope(wire::MasterStatsReqT{}));  // the owner forwards it
+  if (!r.ok()) return r.status();
+  auto* s = (*r)->body.AsMasterStatsReply();
+  if (!s) return Status(Code::kInternal, "master_stats: malformed reply");
+  return std::map<std::string, uint64_t>{{"routes", s->routes},
+                                         {"owners", s->owners},
+                                         {"replicas", s->replicas},
+                                         {"inflight_gets", s->inflight_gets},
+                                         {"put_done_total", s->put_done_total},
+                                         {"get_started_total", s->get_started_total},
+                                         {"get_done_total", s->get_done_total},
+                                         {"get_revoked_total", s->get_revoked_total},
+                                         {"remove_busy_total", s->remove_busy_total},
+                                         {"replica_tasks_queued", s->replica_tasks_queued},
+                                         {"replica_tasks_assigned_total", s->replica_tasks_assigned_total},
+                                         {"replica_tasks_no_target_total", s->replica_tasks_no_target_total}};
+}
+
 Result<uint64_t> KvClient::master_route_count() {
   FLUXON_CALL("master_route_count");
   auto c = impl_->current();

@@ -213,6 +213,10 @@ class KvClient:
     def stats(self) -> dict:
         return dict(self._c.stats())
 
+    def master_stats(self) -> dict:
+        """The master's figures: routes, replicas, inflight_gets, get/replica task totals."""
+        return dict(self._c.master_stats())
+
     def register_segments_with_cuda(self) -> None:
         """cudaHostRegister every mapped segment in this process, so the KV kernels can copy to
         and from value_ptrs. Raises (never falls back to unregistered memory) when CUDA or the

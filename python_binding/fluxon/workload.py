@@ -146,7 +146,9 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                     lat[key].append((time.perf_counter() - t) * 1e6)
             return timed
 
-    backend = HostlessBackend(Timed(client), tp_rank=rank, tp_size=a.tp, allgather=allgather)
+    from fluxon.sglang.admission import AdmissionConfig
+    backend = HostlessBackend(Timed(client), tp_rank=rank, tp_size=a.tp, allgather=allgather,
+                              admission=AdmissionConfig(policy=a.replica_policy))
     page_bytes = a.page_tokens * a.item_bytes
     pool = GpuPool(a.gpu_pages, page_bytes)
     commit_times = {}
@@ -163,10 +165,12 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         """One radix node: its pages as one atomic group."""
         node = NodeStorage([key(h) for h in hashes])
         slots_ = [pool.index[h][0] for h in hashes]
+        # A page's "KV score" for the score policies: a stable function of the page (TP-invariant).
+        scores = [int(h[:8], 16) / 0xFFFFFFFF for h in hashes]
 
         def write(plan):  # the backup "kernel": one native call for the node
             _fluxon.plan_copy(plan, [pool.slot_ptr(s) for s in slots_], [page_bytes], len(slots_), True)
-        if backend.backup_node(node, page_bytes, write):
+        if backend.backup_node(node, page_bytes, write, scores):
             if node.storage_pending:
                 commit_times[id(node)] = time.perf_counter()
                 pending_nodes.append(node)
@@ -278,10 +282,16 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     client.stats()
     allgather(0)
     stats = client.stats()
+    if a.remote_cache:  # replica tasks settle in the background: give them a moment to land
+        end = time.time() + 5
+        while time.time() < end and client.master_stats()["replica_tasks_queued"]:
+            time.sleep(0.05)
+        time.sleep(0.3)
+    mstats = client.master_stats() if inst == 0 and rank == 0 else {}
     client.close()
     out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round,
                "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v)} for k, v in lat.items()},
-               "counters": backend.counters, "owner_stats": stats})
+               "counters": backend.counters, "owner_stats": stats, "master_stats": mstats})
 
 
 def find_fluxon_bin():
@@ -293,6 +303,14 @@ def find_fluxon_bin():
         if cand.exists():
             return str(cand)
     raise SystemExit("fluxon binary not found: set FLUXON_BIN")
+
+
+def _double(size: str) -> str:
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for u, m in units.items():
+        if size.endswith(u):
+            return f"{int(float(size[:-len(u)]) * 2 * m)}"
+    return str(int(size) * 2)
 
 
 def free_port():
@@ -310,6 +328,11 @@ def main(argv=None):
                     help="serving instances, each with its own owner (L3 hits need 2 or more)")
     ap.add_argument("--migrate", type=float, default=0.25,
                     help="odds per turn that the router moves a session to another instance")
+    ap.add_argument("--remote-cache", type=int, default=0,
+                    help="CPU-only owners (role remote_cache) in the private cluster: replica targets")
+    ap.add_argument("--remote-cache-dram", default=None, help="each remote_cache owner's segment (default: 2x owner)")
+    ap.add_argument("--replica-policy", choices=["none", "eager", "kv_score_only", "kv_score_low_only"], default=None,
+                    help="replica admission of backups (default: eager with --remote-cache, else none)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
@@ -330,14 +353,16 @@ def main(argv=None):
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
     a.pythonpath = str(Path(__file__).resolve().parent.parent)
 
+    if a.replica_policy is None:
+        a.replica_policy = "eager" if a.remote_cache > 0 else "none"
     if a.instances < 1 or not 0 <= a.migrate <= 1:
         raise SystemExit("workload: --instances must be >= 1 and --migrate in [0, 1]")
     cluster = None
     if a.config:
-        if a.instances > 1:
-            raise SystemExit("workload: --config serves one instance; --instances needs the private cluster")
+        if a.instances > 1 or a.remote_cache:
+            raise SystemExit("workload: --config serves one instance; --instances/--remote-cache need the private cluster")
         client_confs = [a.config]
-    elif a.tp == 1 and a.instances == 1:
+    elif a.tp == 1 and a.instances == 1 and a.remote_cache == 0:
         client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
                                      "local_reserve_grant_bytes": "4MiB"}]}]
     else:
@@ -349,6 +374,10 @@ def main(argv=None):
         for i, op in enumerate(oports):
             text += (f"  - {{node_id: {i + 1}, port: {op}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
                      f" local_reserve_grant_bytes: 4MiB}}\n")
+        rc_dram = a.remote_cache_dram or _double(a.owner_dram)
+        for j in range(a.remote_cache):
+            text += (f"  - {{node_id: {a.instances + j + 1}, role: remote_cache, port: {free_port()},"
+                     f" contribute_to_cluster_pool_size: {{dram: {rc_dram}}}, local_reserve_grant_bytes: 4MiB}}\n")
         cfg.write_text(text)
         fb = find_fluxon_bin()
         subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)
@@ -394,9 +423,10 @@ def main(argv=None):
     r0["latency_us"] = leads[0]["latency_us"]
     r0["counters"] = {k: sum(x["counters"][k] for x in leads) for k in leads[0]["counters"]}
     r0["owner_stats"] = {k: sum(x["owner_stats"][k] for x in leads) for k in leads[0]["owner_stats"]}
+    r0["master_stats"] = leads[0]["master_stats"]
     t = r0["totals"]
     report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results,
-              "totals": t, "rounds": r0["rounds"]}
+              "totals": t, "rounds": r0["rounds"], "master": r0["master_stats"]}
     if a.json:
         print(json.dumps(report, indent=1))
         return 0 if all(r["totals"]["verify_failures"] == 0 for r in results) else 1
@@ -426,6 +456,12 @@ def main(argv=None):
           f"backups {ctr['backup_backed']} backed, {ctr['backup_conflict']} already stored, "
           f"{ctr['backup_stored_elsewhere']} stored first by another owner, "
           f"{ctr['backup_failed'] + ctr['backup_write_failed']} failed; restores failed {ctr['restore_failed']}")
+    ms = r0["master_stats"]
+    print(f"  master: {ms.get('routes', 0)} routes, {ms.get('replicas', 0)} replicas; remote gets started "
+          f"{ms.get('get_started_total', 0)}, done {ms.get('get_done_total', 0)}, revoked "
+          f"{ms.get('get_revoked_total', 0)}; replica tasks ({a.replica_policy}) assigned "
+          f"{ms.get('replica_tasks_assigned_total', 0)}, queued {ms.get('replica_tasks_queued', 0)}, "
+          f"without a target {ms.get('replica_tasks_no_target_total', 0)}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
     return 0 if bad == 0 else 1

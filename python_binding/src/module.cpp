@@ -312,6 +312,8 @@ PYBIND11_MODULE(_fluxon, m) {
              auto segs = unwrap(released([&, cl = self.c()] { return register_segments_with_cuda(*cl); }));
              return segs.size();
            })
+      .def("master_stats",
+           [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->master_stats(); })); })
       .def("master_route_count",
            [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->master_route_count(); })); })
       .def("_send_raw_for_test",

@@ -136,3 +136,11 @@ def test_a_dead_source_fails_the_transfer_and_leaks_nothing(two_owners):
     time.sleep(1.2)
     assert _metric(two_owners.metrics_port, "fluxon_master_inflight_gets") == 0  # revoked
     b.close()
+
+
+def test_master_stats_reach_an_external_client_through_its_owner(two_owners):
+    a = fluxon.KvClient(two_owners.client_config(0))
+    _put(a, ["ms0", "ms1"], 4096, 4)
+    m = a.master_stats()
+    assert m["routes"] == 2 and m["owners"] == 2 and m["replicas"] == 2 and m["inflight_gets"] == 0
+    a.close()

@@ -71,3 +71,17 @@ def test_workload_two_instances_hit_l3_when_sessions_migrate():
         # Same prefix on both ranks; where each rank's copy came from (L2 or L3) may differ.
         assert (a["l1"], a["l2"] + a["l3"]) == (b["l1"], b["l2"] + b["l3"])
     assert all(r["owner_stats"]["holders"] == 0 and r["owner_stats"]["slots_pending"] == 0 for r in rep["ranks"])
+
+
+def test_workload_with_a_remote_cache_owner_makes_replicas():
+    """Backups admitted for replicas (eager) are pulled by the CPU-only owner: the master counts a
+    replica task per published key, every one assigned to the remote_cache owner."""
+    out = run("--sessions", "12", "--turns", "4", "--gpu-pages", "160", "--instances", "2", "--remote-cache", "1",
+              "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    m = rep["master"]
+    assert m["replica_tasks_assigned_total"] > 0 and m["replica_tasks_no_target_total"] == 0
+    assert m["replicas"] >= m["routes"] + m["replica_tasks_assigned_total"] * 0.9  # the copies are there
+    assert m["inflight_gets"] == 0
+    assert all(r["totals"]["verify_failures"] == 0 for r in rep["ranks"])

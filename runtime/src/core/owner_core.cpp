@@ -124,6 +124,13 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   if (auto* p = req.body.AsPutAbortReq()) return put_abort(token, session, p->put_id, out);
   if (auto* p = req.body.AsGetStartReq()) return get_start(token, session, *p, now, out);
   if (auto* p = req.body.AsGetTransferReq()) return get_transfer(token, session, *p, now, out);
+  if (req.body.AsMasterStatsReq()) {  // forwarded: clients of a daemon owner have no master link
+    const uint64_t tok = next_master_token_++;
+    master_tokens_[tok] = {JobKind::kProxy, 0};
+    proxied_[tok] = {session, token};
+    out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(wire::MasterStatsReqT{})});
+    return;
+  }
   reply_error(session, token,
               Status(Code::kMalformedMessage, std::string("unexpected request ") + body_name(req)), out);
 }
@@ -507,6 +514,15 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
   auto t = master_tokens_.find(token);
   if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
   auto [kind, id] = t->second;
+  if (kind == JobKind::kProxy) {
+    master_tokens_.erase(t);
+    auto p = proxied_.find(token);
+    if (p != proxied_.end()) {
+      reply(OwnerOut::Kind::kReply, p->second.first, p->second.second, std::move(reply_env), out);
+      proxied_.erase(p);
+    }
+    return;
+  }
   if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
   if (kind == JobKind::kRegister) {
     master_tokens_.erase(t);
@@ -684,6 +700,7 @@ void OwnerCore::on_master_failure(uint64_t token) {
     master_tokens_.erase(t);
     replica_poll_token_ = 0;
   }
+  // A proxied request is answered by the client's own timeout (not retried: it changes nothing).
 }
 
 void OwnerCore::tick(Millis now, Outbox& out) {

@@ -87,6 +87,8 @@ class KvClient {
   Status send_raw_for_test(const std::vector<uint8_t>& bytes);
   // Embedded mode: the master's route count (tests and demo).
   Result<uint64_t> master_route_count();
+  // The master's figures (routes, replicas, inflight gets, replica tasks...): tools and reports.
+  Result<std::map<std::string, uint64_t>> master_stats();
   void close();
 
   struct Impl;

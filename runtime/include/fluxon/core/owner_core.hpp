@@ -282,7 +282,9 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy };
+  // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   Envelope register_request() const;
   bool replica_target_ = false;  // the master hands this owner replica tasks (its role is a target)
   uint64_t register_token_ = 0;  // registration not answered yet: re-sent from tick()
