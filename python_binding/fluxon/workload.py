@@ -87,14 +87,59 @@ class Requests:
 
 
 class GpuPool:
-    """The bounded per-rank KV pool (host memory standing in for the GPU) with a radix/LRU index."""
+    """The bounded per-rank KV pool with a radix/LRU index: host memory standing in for the GPU, or
+    (--gpu) real GPU memory, whose pages move to and from Fluxon values with the CUDA kernels
+    (layout ``mla``, one layer: a page is ``page_tokens`` tokens of ``item_bytes``)."""
 
-    def __init__(self, pages, page_bytes):
+    def __init__(self, pages, page_bytes, page_tokens=0, item_bytes=0, gpu=False):
         self.page_bytes = page_bytes
-        self.buf = (ctypes.c_uint8 * (pages * page_bytes))()
-        self.base = ctypes.addressof(self.buf)
+        self.page_tokens, self.item_bytes = page_tokens, item_bytes
+        self.gpu = gpu
         self.free = list(range(pages))
         self.index = OrderedDict()  # page hash -> (slot, backed)
+        if gpu:
+            import torch
+            from fluxon.kv import GpuCopier
+            self.torch = torch
+            self.tensor = torch.zeros(pages * page_bytes, dtype=torch.uint8, device="cuda")
+            self.base = self.tensor.data_ptr()
+            self.copier = GpuCopier()
+        else:
+            self.buf = (ctypes.c_uint8 * (pages * page_bytes))()
+            self.base = ctypes.addressof(self.buf)
+
+    def backup(self, plan, slots):
+        """Pool pages -> the plan's values (the backup kernel), complete on return."""
+        if self.gpu:
+            self.copier.write_pages_to_values(plan, "mla", 1, self.page_tokens, self.item_bytes, [self.base], [],
+                                              list(slots))
+            self.torch.cuda.synchronize()
+        else:
+            from fluxon import _fluxon
+            _fluxon.plan_copy(plan, [self.slot_ptr(s) for s in slots], [self.page_bytes], len(slots), True)
+
+    def restore(self, plan, slots):
+        """The plan's values -> pool pages (the restore kernel), complete on return."""
+        if self.gpu:
+            self.copier.restore_pages_from_values(plan, "mla", 1, self.page_tokens, self.item_bytes, [self.base], [],
+                                                  list(slots))
+            self.torch.cuda.synchronize()
+        else:
+            from fluxon import _fluxon
+            _fluxon.plan_copy(plan, [self.slot_ptr(s) for s in slots], [self.page_bytes], len(slots), False)
+
+    def read(self, slot) -> bytes:
+        if self.gpu:
+            pb = self.page_bytes
+            return self.tensor[slot * pb:(slot + 1) * pb].cpu().numpy().tobytes()
+        return ctypes.string_at(self.slot_ptr(slot), self.page_bytes)
+
+    def write(self, slot, data: bytes) -> None:
+        if self.gpu:
+            pb = self.page_bytes
+            self.tensor[slot * pb:(slot + 1) * pb].copy_(self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8))
+        else:
+            ctypes.memmove(self.slot_ptr(slot), data, self.page_bytes)
 
     def lookup_prefix(self, hashes):
         n = 0
@@ -148,9 +193,9 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
 
     from fluxon.sglang.admission import AdmissionConfig
     backend = HostlessBackend(Timed(client), tp_rank=rank, tp_size=a.tp, allgather=allgather,
-                              admission=AdmissionConfig(policy=a.replica_policy))
+                              admission=AdmissionConfig(policy=a.replica_policy), register_with_cuda=a.gpu)
     page_bytes = a.page_tokens * a.item_bytes
-    pool = GpuPool(a.gpu_pages, page_bytes)
+    pool = GpuPool(a.gpu_pages, page_bytes, a.page_tokens, a.item_bytes, a.gpu)
     commit_times = {}
     pending_nodes = []
     totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "recomputed", "backup_bytes", "restore_bytes",
@@ -168,8 +213,8 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         # A page's "KV score" for the score policies: a stable function of the page (TP-invariant).
         scores = [int(h[:8], 16) / 0xFFFFFFFF for h in hashes]
 
-        def write(plan):  # the backup "kernel": one native call for the node
-            _fluxon.plan_copy(plan, [pool.slot_ptr(s) for s in slots_], [page_bytes], len(slots_), True)
+        def write(plan):  # the backup kernel: one native call for the node
+            pool.backup(plan, slots_)
         if backend.backup_node(node, page_bytes, write, scores):
             if node.storage_pending:
                 commit_times[id(node)] = time.perf_counter()
@@ -233,12 +278,12 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                     n = res.restored_pages
                     slots_ = allocate(n, set(hashes))
 
-                    def restore(plan, slots_=slots_, n=n):  # the restore "kernel": one native call
-                        _fluxon.plan_copy(plan, [pool.slot_ptr(s) for s in slots_], [page_bytes], n, False)
+                    def restore(plan, slots_=slots_, n=n):  # the restore kernel: one native call
+                        pool.restore(plan, slots_[:n])
                     backend.finish_restore(res, restore)
                     for h, s in zip(rest[:n], slots_):
                         pool.index[h] = (s, True)
-                        if ctypes.string_at(pool.slot_ptr(s), page_bytes) != expected_page(h, rank, page_bytes):
+                        if pool.read(s) != expected_page(h, rank, page_bytes):
                             r_tot["verify_failures"] += 1
                     restored = n
                     remote = res.remote_pages
@@ -250,7 +295,7 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             if compute:
                 slots_ = allocate(len(compute), set(hashes))
                 for h, s in zip(compute, slots_):
-                    ctypes.memmove(pool.slot_ptr(s), expected_page(h, rank, page_bytes), page_bytes)
+                    pool.write(s, expected_page(h, rank, page_bytes))
                     pool.index[h] = (s, False)
                 if a.write_policy == "write_through":
                     backup(compute)
@@ -336,6 +381,8 @@ def main(argv=None):
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the pool in real GPU memory (PyTorch), pages moved by Fluxon's CUDA kernels")
     ap.add_argument("--system-prompts", type=int, default=4)
     ap.add_argument("--system-tokens", type=int, default=1024)
     ap.add_argument("--user-tokens", type=int, default=384)
