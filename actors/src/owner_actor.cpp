@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -21,59 +22,16 @@ namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(10);
 
-// Faults newly carved grants in on a thread of its own: the reservation becomes real memory
-// without stalling the owner actor (P1), and first writes by clients run at memory speed.
-class Populator {
+// A queue served by worker threads of its own: the owner actor only pushes (P1). Work not started
+// when the queue is stopped is dropped; `stopping()` lets long work end early.
+template <class T>
+class Workers {
  public:
-  explicit Populator(std::shared_ptr<Segment> seg) : seg_(std::move(seg)), t_([this] { run(); }) {}
-  ~Populator() {
-    {
-      std::lock_guard<std::mutex> g(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-  void push(std::pair<uint64_t, uint64_t> r) {
-    {
-      std::lock_guard<std::mutex> g(m_);
-      q_.push_back(r);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> g(m_);
-    while (true) {
-      cv_.wait(g, [&] { return stop_ || !q_.empty(); });
-      if (stop_) return;
-      auto r = q_.front();
-      q_.pop_front();
-      g.unlock();
-      // In 4 MiB steps so that a stop request is honoured quickly.
-      for (uint64_t o = 0; o < r.second && !stop_; o += 4 << 20)
-        seg_->populate(r.first + o, std::min<uint64_t>(4 << 20, r.second - o));
-      g.lock();
-    }
-  }
-  std::shared_ptr<Segment> seg_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<std::pair<uint64_t, uint64_t>> q_;
-  std::atomic<bool> stop_{false};
-  std::thread t_;
-};
-
-// Runs data-plane fetches on threads of their own (the actor never blocks on a socket, P1) and
-// reports each finished batch back to the owner actor.
-class Fetcher {
- public:
-  Fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner, uint32_t threads, uint32_t timeout_ms)
-      : seg_(std::move(seg)), owner_(std::move(owner)), tcp_(timeout_ms) {
+  Workers(uint32_t threads, std::function<void(T&, const std::atomic<bool>& stopping)> work)
+      : work_(std::move(work)) {
     for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) threads_.emplace_back([this] { run(); });
   }
-  ~Fetcher() {
+  ~Workers() {
     {
       std::lock_guard<std::mutex> g(m_);
       stop_ = true;
@@ -81,10 +39,10 @@ class Fetcher {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
-  void push(TransferBatch b) {
+  void push(T item) {
     {
       std::lock_guard<std::mutex> g(m_);
-      q_.push_back(std::move(b));
+      q_.push_back(std::move(item));
     }
     cv_.notify_one();
   }
@@ -93,44 +51,63 @@ class Fetcher {
   void run() {
     std::unique_lock<std::mutex> g(m_);
     while (true) {
-      cv_.wait(g, [&] { return stop_ || !q_.empty(); });
+      cv_.wait(g, [&] { return stop_.load() || !q_.empty(); });
       if (stop_) return;
-      TransferBatch b = std::move(q_.front());
+      T item = std::move(q_.front());
       q_.pop_front();
       g.unlock();
-      std::vector<ReadRange> ranges;
-      ranges.reserve(b.items.size());
-      Status st = Status::ok();
-      for (const auto& it : b.items) {
-        if (it.dst_offset > seg_->size() || it.len > seg_->size() - it.dst_offset) {
-          st = Status(Code::kInternal, "fetch target outside the segment");
-          break;
-        }
-        ranges.push_back(ReadRange{it.src_offset, it.len, seg_->base() + it.dst_offset});
-      }
-      if (st.is_ok()) st = tcp_.read(b.host, b.port, b.source_generation, ranges);
-      if (auto owner = caf::actor_cast<caf::actor>(owner_))  // weak: the owner may have stopped
-        caf::anon_send(owner, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
+      work_(item, stop_);
       g.lock();
     }
   }
-  std::shared_ptr<Segment> seg_;
-  caf::actor_addr owner_;
-  TcpFetcher tcp_;
+  std::function<void(T&, const std::atomic<bool>&)> work_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::deque<TransferBatch> q_;
-  bool stop_ = false;
+  std::deque<T> q_;
+  std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
 };
+
+// Faults newly carved grants in: the reservation becomes real memory without stalling the owner
+// actor, and first writes by clients run at memory speed. In 4 MiB steps, so a stop is quick.
+std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> make_populator(std::shared_ptr<Segment> seg) {
+  return std::make_unique<Workers<std::pair<uint64_t, uint64_t>>>(
+      1, [seg](std::pair<uint64_t, uint64_t>& r, const std::atomic<bool>& stopping) {
+        for (uint64_t o = 0; o < r.second && !stopping; o += 4 << 20)
+          seg->populate(r.first + o, std::min<uint64_t>(4 << 20, r.second - o));
+      });
+}
+
+// Data-plane fetches, one peer batch per thread at a time; each finished batch is reported to the
+// owner actor (weakly held: it may have stopped).
+std::unique_ptr<Workers<TransferBatch>> make_fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner,
+                                                     uint32_t threads, uint32_t timeout_ms) {
+  auto tcp = std::make_shared<TcpFetcher>(timeout_ms);
+  return std::make_unique<Workers<TransferBatch>>(
+      threads, [seg, owner, tcp](TransferBatch& b, const std::atomic<bool>&) {
+        std::vector<ReadRange> ranges;
+        ranges.reserve(b.items.size());
+        Status st = Status::ok();
+        for (const auto& it : b.items) {
+          if (it.dst_offset > seg->size() || it.len > seg->size() - it.dst_offset) {
+            st = Status(Code::kInternal, "fetch target outside the segment");
+            break;
+          }
+          ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset});
+        }
+        if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges);
+        if (auto a = caf::actor_cast<caf::actor>(owner))
+          caf::anon_send(a, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
+      });
+}
 
 struct OwnerState {
   OwnerConfig::FaultInjection faults;
   std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
-  std::unique_ptr<Populator> populator;
+  std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> populator;
   std::shared_ptr<DataServer> data_server;  // after the segment: stops before it is unmapped
-  std::unique_ptr<Fetcher> fetcher;
+  std::unique_ptr<Workers<TransferBatch>> fetcher;
   std::unique_ptr<OwnerCore> core;
   caf::actor master;
   std::string master_host;  // daemon mode: where to reconnect when the master goes away
@@ -372,10 +349,10 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
   st.core->set_data_address(ocfg.advertised_data_host(), data->port());
   st.segment = std::move(seg);
-  st.populator = std::make_unique<Populator>(st.segment);
+  st.populator = make_populator(st.segment);
   // The fetch threads go before the data server and the segment (state members die in reverse).
   st.data_server = std::move(data);
-  st.fetcher = std::make_unique<Fetcher>(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
+  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
   st.master = master;
   st.master_host = std::move(master_host);
   st.master_port = master_port;
