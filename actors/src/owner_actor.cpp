@@ -474,6 +474,13 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
   }
   const std::string bind_host = ocfg.data_host.empty() ? ocfg.listen_host : ocfg.data_host;
   auto server = DataServer::start(bind_host, ocfg.data_port, shared->base(), shared->size(), generation);
+  // The control port is bound after this: an ephemeral data port must not take it (or the metrics
+  // port). Held ports are never handed out twice, so one retry while holding the first suffices.
+  if (server.ok() && ocfg.data_port == 0 &&
+      ((*server)->port() == ocfg.port || (*server)->port() == ocfg.metrics_port)) {
+    auto again = DataServer::start(bind_host, 0, shared->base(), shared->size(), generation);
+    server = std::move(again);
+  }
   if (!server.ok()) {
     if (error) *error = server.status().to_string();
     return caf::actor{};
