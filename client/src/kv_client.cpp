@@ -662,7 +662,9 @@ Result<std::map<std::string, uint64_t>> KvClient::master_stats() {
                                          {"remove_busy_total", s->remove_busy_total},
                                          {"replica_tasks_queued", s->replica_tasks_queued},
                                          {"replica_tasks_assigned_total", s->replica_tasks_assigned_total},
-                                         {"replica_tasks_no_target_total", s->replica_tasks_no_target_total}};
+                                         {"replica_tasks_no_target_total", s->replica_tasks_no_target_total},
+                                         {"removed_with_copies_left_total", s->removed_with_copies_left_total},
+                                         {"removed_last_copy_total", s->removed_last_copy_total}};
 }
 
 Result<uint64_t> KvClient::master_route_count() {

@@ -508,7 +508,9 @@ def main(argv=None):
           f"{ms.get('get_started_total', 0)}, done {ms.get('get_done_total', 0)}, revoked "
           f"{ms.get('get_revoked_total', 0)}; replica tasks ({a.replica_policy}) assigned "
           f"{ms.get('replica_tasks_assigned_total', 0)}, queued {ms.get('replica_tasks_queued', 0)}, "
-          f"without a target {ms.get('replica_tasks_no_target_total', 0)}")
+          f"without a target {ms.get('replica_tasks_no_target_total', 0)}; evicted/removed copies "
+          f"{ms.get('removed_with_copies_left_total', 0)} with another copy left, "
+          f"{ms.get('removed_last_copy_total', 0)} last copies")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
     return 0 if bad == 0 else 1

@@ -555,6 +555,8 @@ TEST_CASE("S3: the source evicts without waiting for replicas; a replica then se
   REQUIRE(c.run_until([&] { return c.owner(2).counters().replica_done_total == 2; }, 20000));
   c.remove_key(0, "s3-a");  // capacity eviction at the source: route first, nothing asked of node 3
   REQUIRE(c.run_until([&] { return c.master().replica_nodes("s3-a") == std::vector<uint32_t>{3}; }, 5000));
+  CHECK(c.master().counters().removed_with_copies_left_total == 1);
+  CHECK(c.master().counters().removed_last_copy_total == 0);
   auto g = get_start(c, 1, s1, {"s3-a", "s3-b"});
   auto* r = g.body.AsGetStartReply();
   REQUIRE(r->transferable_len == 2);

@@ -331,7 +331,10 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
       rep.busy.push_back(true);
       continue;
     }
-    if (match) drop_replica(item->key, item->node_id, true);
+    if (match) {
+      drop_replica(item->key, item->node_id, true);
+      (routes_.count(item->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;
+    }
     rep.removed.push_back(match);
     rep.busy.push_back(false);
   }
@@ -431,6 +434,8 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     rep.replica_tasks_queued = replica_queue_.size();
     rep.replica_tasks_assigned_total = counters_.replica_tasks_assigned_total;
     rep.replica_tasks_no_target_total = counters_.replica_tasks_no_target_total;
+    rep.removed_with_copies_left_total = counters_.removed_with_copies_left_total;
+    rep.removed_last_copy_total = counters_.removed_last_copy_total;
     return make_envelope(std::move(rep));
   }
   if (auto* p = req.body.AsPing()) return make_envelope(wire::PongT{{}, p->seq});

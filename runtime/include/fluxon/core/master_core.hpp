@@ -32,6 +32,9 @@ struct MasterCounters {
   uint64_t get_ttl_expired_total = 0, remove_busy_total = 0;
   uint64_t replica_tasks_total = 0, replica_tasks_assigned_total = 0, replica_tasks_no_target_total = 0;
   uint64_t replica_tasks_obsolete_total = 0, replica_polls_total = 0;
+  // Source removals (eviction, supersede) that left another owner's copy serving the key (the
+  // design's "only the source goes while a replica remains"), and those that removed the last copy.
+  uint64_t removed_with_copies_left_total = 0, removed_last_copy_total = 0;
   uint64_t owners_registered_total = 0, errors_total = 0, malformed_total = 0;
 };
 
