@@ -185,9 +185,12 @@ Result<uint64_t> parse_bytes(const std::string& s) {
 
 Result<OwnerConfig> ClusterConfig::owner(uint32_t node_id) const {
   if (owners.empty()) return invalid_argument("owners: no owner configured");
-  if (node_id == 0) return owners.front();
   for (const auto& o : owners)
-    if (o.node_id == node_id) return o;
+    if (node_id == 0 || o.node_id == node_id) {
+      OwnerConfig r = o;
+      r.alone_in_cluster = owners.size() == 1;  // every owner of a cluster is in its config
+      return r;
+    }
   return invalid_argument("owners: no owner with node_id " + std::to_string(node_id));
 }
 

@@ -573,3 +573,46 @@ TEST_CASE("S3: the source evicts without waiting for replicas; a replica then se
   CHECK(two.master().counters().replica_tasks_no_target_total == 1);
   CHECK(two.master().replica_nodes("nt-a") == std::vector<uint32_t>{1});
 }
+
+TEST_CASE("T1: a master restart with remote gets in flight converges: restores succeed or fail cleanly, nothing leaks") {
+  for (uint64_t seed : {seed_from_env(221), uint64_t(222), uint64_t(223)}) {
+    sim::Cluster c(seed, small_owner(), 2);
+    c.run_for(10);
+    const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+    auto keys = keys_of("mr-", 8);
+    put_live(c, 0, sa, keys);
+    c.data.min_delay = c.data.max_delay = 40;
+    c.to_master.max_delay = c.from_master.max_delay = 20;
+    auto g = get_start(c, 1, sb, keys);
+    auto* r = g.body.AsGetStartReply();
+    REQUIRE(r->transferable_len == 8);
+    const uint64_t tt = c.send(1, sb, make_envelope(wire::GetTransferReqT{{}, r->handle_id, 8}));
+    c.run_for(45);          // the fetch finished; its BatchGetDone is on the way
+    c.restart_master();     // ... to a master that dies; the new one knows nothing until resync
+    auto t = c.wait(tt);
+    if (auto* tr = t.body.AsGetTransferReply()) {
+      for (size_t i = 0; i < keys.size(); ++i) CHECK(c.read(1, tr->offsets[i]) == pattern(keys[i], 4096));
+      release(c, 1, sb, tr->holding_ids);
+    } else {
+      const Code code = envelope_status(t).code();
+      CHECK((code == Code::kKeyNotFound || code == Code::kTimeout));
+    }
+    check_quiet(c);
+    // The resync gave the new master every live copy back, and only live ones.
+    REQUIRE(c.run_until([&] { return c.master().route_count() == 8; }, 5000));
+    for (const auto& k : keys)
+      for (uint32_t n : c.master().replica_nodes(k)) CHECK(c.owner(int(n) - 1).local_state(k) == 2);
+    // A fresh read works either way.
+    auto g2 = get_start(c, 1, sb, keys);
+    auto* r2 = g2.body.AsGetStartReply();
+    REQUIRE(r2->transferable_len == 8);
+    if (r2->owner_rpc) {
+      auto t2 = transfer(c, 1, sb, r2->handle_id, 8);
+      REQUIRE(t2.body.AsGetTransferReply());
+      release(c, 1, sb, t2.body.AsGetTransferReply()->holding_ids);
+    } else {
+      release_all(c, 1, sb, *r2);
+    }
+    check_quiet(c);
+  }
+}

@@ -173,7 +173,6 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     }
   }
   if (duplicate) counters_.put_done_duplicate_total++;
-  rep.owners = uint32_t(owners_.size());
   return make_envelope(std::move(rep));
 }
 
@@ -255,7 +254,6 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
     fill(r, *best);
     rep.items.push_back(std::move(s));
   }
-  rep.owners = uint32_t(owners_.size());
   return make_envelope(std::move(rep));
 }
 
@@ -386,7 +384,6 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     o.data_host = r->data_host;
     o.data_port = r->data_port;
     rep.replica_target = is_replica_target(r->node_id);
-    rep.owners = uint32_t(owners_.size());
     return make_envelope(std::move(rep));
   }
   if (auto* pd = req.body.AsPutDone()) return put_done(*pd);

@@ -529,7 +529,6 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     register_token_ = 0;
     if (auto* rr = reply_env.body.AsRegisterOwnerReply()) {
       replica_target_ = rr->replica_target;
-      set_cluster_owners(rr->owners);
     }
   } else if (kind == JobKind::kReplicaPoll) {
     master_tokens_.erase(t);
@@ -542,7 +541,6 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     auto* pr = reply_env.body.AsPutDoneReply();
     // Identity mismatch: keep the job, tick() re-sends.
     if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return;
-    set_cluster_owners(pr->owners);
     PublishJob job = std::move(j->second);
     publish_.erase(j);
     for (uint64_t tok : job.tokens) master_tokens_.erase(tok);

@@ -52,7 +52,7 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
       pg.items[i] = GetItem{GetItem::Kind::kFlight, f->second, 0, false};
       continue;
     }
-    if (alone()) {  // alone in the cluster (as of a master reply under a second old): no other copy exists
+    if (alone()) {  // the only owner of the cluster: no other copy exists
       counters_.get_alone_misses_total++;
       continue;
     }
@@ -375,7 +375,6 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
     if (!r || r->items.size() != n) return;
     for (size_t i = 0; i < n; ++i)
       if (r->items[i]->get_id != j->second.get_ids[i]) return;
-    set_cluster_owners(r->owners);
   } else if (j->second.kind == GetJob::Kind::kDone) {
     auto* r = reply_env.body.AsBatchGetDoneReply();
     if (!r || r->results.size() != n) return;

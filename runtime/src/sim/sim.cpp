@@ -11,6 +11,7 @@ Cluster::Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners, std::v
     OwnerConfig c = owner_cfg;
     c.node_id = uint32_t(i + 1);
     if (size_t(i) < roles.size()) c.role = roles[size_t(i)];
+    c.alone_in_cluster = owners == 1;
     OwnerNode n;
     n.core = std::make_unique<OwnerCore>(c, /*generation=*/1000 + i, "sim", c.dram_bytes);
     owners_.push_back(std::move(n));

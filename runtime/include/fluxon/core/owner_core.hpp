@@ -298,14 +298,9 @@ class OwnerCore {
   std::map<uint64_t, std::vector<uint64_t>> transfers_;  // transfer batch -> flights
   std::string data_host_;
   uint16_t data_port_ = 0;
-  // Owners the master knows, from its latest reply (0: not known yet). When this owner is alone, a
-  // key missing here is missing everywhere: get_start does not ask the master.
-  uint32_t cluster_owners_ = 0;
-  Millis owners_seen_at_ = 0;  // when cluster_owners_ was last told; "alone" holds for a second
-  void set_cluster_owners(uint32_t n) {
-    if (n) cluster_owners_ = n, owners_seen_at_ = now_;
-  }
-  bool alone() const { return cluster_owners_ == 1 && now_ - owners_seen_at_ < 1000; }
+  // The only owner of its cluster (known from the cluster config, never stale): a key missing here
+  // is missing everywhere, so get_start does not ask the master about it.
+  bool alone() const { return cfg_.alone_in_cluster; }
   // Replica tasks this owner pulls from the master (owners of a target role get some) and runs as
   // flights of their own; the flight's interest is held until it is terminal.
   std::unordered_set<uint64_t> replica_flights_;

@@ -49,6 +49,8 @@ struct OwnerConfig {
   uint32_t data_threads = 2;            // fetch threads (one peer batch each at a time)
   uint32_t data_timeout_ms = 10000;     // a fetch that moves no byte for this long fails
   uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys
+  // Set from the cluster config (not a key): the only owner never asks the master about a miss.
+  bool alone_in_cluster = false;
   std::string advertised_data_host() const {
     if (!data_host.empty()) return data_host;
     return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
