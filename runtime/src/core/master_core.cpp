@@ -41,7 +41,6 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   reps.erase(r);
   replicas_--;
   counters_.replicas_removed_total++;
-  node_keys_[node_id].erase(key);
   if (reps.empty()) {
     routes_.erase(it);
     counters_.routes_removed_total++;
@@ -65,8 +64,12 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
   if (generation <= o.generation && o.generation != 0) return 0;
   uint64_t dropped = 0;
   if (o.generation != 0) {
-    const auto keys = std::move(node_keys_[node_id]);
-    node_keys_[node_id].clear();
+    // A restarted owner is rare; a scan of the table then saves a per-node key index (a second
+    // copy of every key) on every publication.
+    std::vector<std::string> keys;
+    for (const auto& [k, r] : routes_)
+      for (const auto& rep : r.replicas)
+        if (rep.node_id == node_id) keys.push_back(k);
     for (const auto& k : keys) dropped += drop_replica(k, node_id, false) ? 1 : 0;
     // Its prepared gets died with its memory; gets it was the source of fail at transfer time and
     // are revoked by their requesters.
@@ -123,7 +126,6 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
         r.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset});
         replicas_++;
         counters_.replicas_published_total++;
-        node_keys_[pd.node_id].insert(item->key);
         rep.results.push_back(wire::PutItemResult::Live);
         continue;
       }
@@ -155,7 +157,6 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     if (tomb != tombstones_.end()) tombstones_.erase(tomb);
     routes_.emplace(item->key, Route{v, item->len, {Replica{pd.node_id, pd.generation, item->offset}}});
     replicas_++;
-    node_keys_[pd.node_id].insert(item->key);
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;
     counters_.replicas_published_total++;
@@ -284,7 +285,6 @@ Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
       route->second.replicas.push_back(Replica{req.node_id, req.generation, item->offset});
       replicas_++;
       counters_.replicas_published_total++;
-      node_keys_[req.node_id].insert(item->key);
       rep.results.push_back(wire::GetDoneStatus::Live);
       continue;
     }

@@ -131,7 +131,6 @@ class MasterCore {
   size_t replicas_ = 0;
   std::unordered_map<std::string, Removed> tombstones_;
   std::map<uint32_t, OwnerInfo> owners_;
-  std::map<uint32_t, std::unordered_set<std::string>> node_keys_;
   std::map<GetKey, GetFlight> gets_;
   // Activity fences: (key, source node) -> gets reading that replica now.
   std::map<std::pair<std::string, uint32_t>, uint32_t> reads_;
