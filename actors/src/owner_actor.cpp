@@ -81,10 +81,17 @@ std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> make_populator(std::shar
 // Data-plane fetches, one peer batch per thread at a time; each finished batch is reported to the
 // owner actor (weakly held: it may have stopped).
 std::unique_ptr<Workers<TransferBatch>> make_fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner,
-                                                     uint32_t threads, uint32_t timeout_ms) {
+                                                     uint32_t threads, uint32_t timeout_ms, double fail_odds,
+                                                     uint64_t seed) {
   auto tcp = std::make_shared<TcpFetcher>(timeout_ms);
+  struct Faults {
+    std::mutex m;
+    std::mt19937_64 rng;
+  };
+  auto faults = std::make_shared<Faults>();
+  faults->rng.seed(seed ^ 0x5eed);
   return std::make_unique<Workers<TransferBatch>>(
-      threads, [seg, owner, tcp](TransferBatch& b, const std::atomic<bool>&) {
+      threads, [seg, owner, tcp, faults, fail_odds](TransferBatch& b, const std::atomic<bool>&) {
         std::vector<ReadRange> ranges;
         ranges.reserve(b.items.size());
         Status st = Status::ok();
@@ -96,6 +103,11 @@ std::unique_ptr<Workers<TransferBatch>> make_fetcher(std::shared_ptr<Segment> se
           ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset});
         }
         if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges);
+        if (st.is_ok() && fail_odds > 0) {  // fault injection: the bytes came, the batch still fails
+          std::lock_guard<std::mutex> g(faults->m);
+          if (std::uniform_real_distribution<double>(0, 1)(faults->rng) < fail_odds)
+            st = Status(Code::kTimeout, "injected fetch failure");
+        }
         if (auto a = caf::actor_cast<caf::actor>(owner))
           caf::anon_send(a, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
       });
@@ -352,16 +364,20 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.populator = make_populator(st.segment);
   // The fetch threads go before the data server and the segment (state members die in reverse).
   st.data_server = std::move(data);
-  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
+  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms,
+                            ocfg.fault_injection.fetch_fail, ocfg.fault_injection.seed);
   st.master = master;
   st.master_host = std::move(master_host);
   st.master_port = master_port;
   st.master_timeout_ms = ocfg.master_rpc_timeout_ms;
   st.faults = ocfg.fault_injection;
   st.fault_rng.seed(st.faults.seed);
-  if (st.faults.enabled())
-    std::fprintf(stderr, "fluxon owner: fault injection on master requests: seed=%llu drop=%.2f duplicate=%.2f delay<=%u ms\n",
-                 (unsigned long long)st.faults.seed, st.faults.drop, st.faults.duplicate, st.faults.max_delay_ms);
+  if (st.faults.enabled() || st.faults.fetch_fail > 0)
+    std::fprintf(stderr,
+                 "fluxon owner: fault injection: seed=%llu master requests drop=%.2f duplicate=%.2f delay<=%u ms; "
+                 "fetches fail=%.2f\n",
+                 (unsigned long long)st.faults.seed, st.faults.drop, st.faults.duplicate, st.faults.max_delay_ms,
+                 st.faults.fetch_fail);
   if (metrics && ocfg.metrics_port != 0) {
     try {
       st.metrics = std::make_unique<Metrics>(ocfg.listen_host, ocfg.metrics_port);

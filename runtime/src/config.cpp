@@ -137,10 +137,10 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   }
   if (auto f = n["fault_injection"]) {
     const std::string w = where + ".fault_injection";
-    FLX_TRY(check_keys(f, w, {"seed", "drop", "duplicate", "max_delay_ms"}));
+    FLX_TRY(check_keys(f, w, {"seed", "drop", "duplicate", "fetch_fail", "max_delay_ms"}));
     FLX_TRY(get_uint(f, "seed", w, o.fault_injection.seed));
     FLX_TRY(get_uint(f, "max_delay_ms", w, o.fault_injection.max_delay_ms));
-    for (const char* k : {"drop", "duplicate"}) {
+    for (const char* k : {"drop", "duplicate", "fetch_fail"}) {
       if (!f[k]) continue;
       double v = -1;
       try {
@@ -148,7 +148,9 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
       } catch (const YAML::Exception&) {
       }
       if (!(v >= 0 && v < 1)) return invalid_argument(w + "." + k + ": must be in [0, 1)");
-      (std::string(k) == "drop" ? o.fault_injection.drop : o.fault_injection.duplicate) = v;
+      const std::string key = k;
+      (key == "drop" ? o.fault_injection.drop : key == "duplicate" ? o.fault_injection.duplicate
+                                                                    : o.fault_injection.fetch_fail) = v;
     }
   }
   return Status::ok();

@@ -144,3 +144,54 @@ def test_master_stats_reach_an_external_client_through_its_owner(two_owners):
     m = a.master_stats()
     assert m["routes"] == 2 and m["owners"] == 2 and m["replicas"] == 2 and m["inflight_gets"] == 0
     a.close()
+
+
+def test_t1_remote_gets_between_daemons_under_injected_faults(tmp_path):
+    """The reading owner loses 30% of its master requests, duplicates 30%, delays them up to 20 ms,
+    and 30% of its fetches fail after their bytes arrived: every read returns the right bytes or
+    fails as a whole (KeyNotFound / Timeout), retried reads get there, and nothing is left behind."""
+    extra = "publish_retry_ms: 100\nlocal_reserve_hard_timeout_ms: 4000"
+    c = Cluster(tmp_path, f"rft{os.getpid()}x{free_port()}", owners=2, owner_extra=extra).start()
+    try:
+        c.config.write_text(c.config.read_text().replace(
+            "  - node_id: 2\n", "  - node_id: 2\n    fault_injection: {seed: 11, drop: 0.3, duplicate: 0.3, "
+            "max_delay_ms: 20, fetch_fail: 0.3}\n"))
+        c.stop_owner(1)
+        c.start_owner(1)
+        a = fluxon.KvClient(c.client_config(0))
+        b = fluxon.KvClient(c.client_config(1))
+        keys = [f"ft{i}" for i in range(48)]
+        size = 16 << 10
+        vals = _put(a, keys, size, 5)
+        ok = failed = 0
+        for attempt in range(40):
+            lo = (attempt * 5) % 40
+            ks = keys[lo:lo + 8]
+            try:
+                r, got = _read(b, ks, size)
+            except (fluxon.KeyNotFound, fluxon.Timeout):
+                failed += 1
+                continue
+            assert got == [vals[k] for k in ks[:r.transferable_len]]
+            ok += 1
+        assert ok > 0 and failed > 0, (ok, failed)
+        # Converged: every key reads back locally on B in the end.
+        for _ in range(20):
+            try:
+                r, got = _read(b, keys, size)
+                if r.local_keys == len(keys):
+                    break
+            except (fluxon.KeyNotFound, fluxon.Timeout):
+                pass
+        assert got == [vals[k] for k in keys]
+        end = time.time() + 10
+        while time.time() < end:
+            s = b.stats()
+            if s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0:
+                break
+            time.sleep(0.1)
+        assert s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0
+        a.close()
+        b.close()
+    finally:
+        c.stop()

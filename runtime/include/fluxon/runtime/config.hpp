@@ -56,10 +56,11 @@ struct OwnerConfig {
     return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
   }
   // Faults injected on this owner's requests to the master (tests of T1 with real processes):
-  // each request is dropped, duplicated or delayed with these odds, from one seed.
+  // each request is dropped, duplicated or delayed with these odds, from one seed; and each
+  // data-plane fetch batch fails with odds fetch_fail after its bytes arrived (a peer reset late).
   struct FaultInjection {
     uint64_t seed = 0;
-    double drop = 0, duplicate = 0;
+    double drop = 0, duplicate = 0, fetch_fail = 0;
     uint32_t max_delay_ms = 0;
     bool enabled() const { return drop > 0 || duplicate > 0 || max_delay_ms > 0; }
   } fault_injection;
