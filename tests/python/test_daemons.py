@@ -321,4 +321,4 @@ def test_t1_with_real_processes_under_dropped_duplicated_delayed_master_requests
         c.close()
     finally:
         cl.stop()
-    assert "fault injection on master requests: seed=7" in (tmp_path / "owner-1.log").read_text()
+    assert "fault injection: seed=7 master requests drop=0.40" in (tmp_path / "owner-1.log").read_text()
