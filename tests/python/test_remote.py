@@ -36,6 +36,17 @@ def _read(c, keys, size, consume=None):
     return r, out
 
 
+def _assert_quiet(c, timeout=10.0):
+    """Nothing of the read path is left on c's owner: no prepared or pending slot, no holder."""
+    end = time.time() + timeout
+    while True:
+        s = c.stats()
+        if s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0:
+            return
+        assert time.time() < end, s
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def two_owners(tmp_path):
     c = Cluster(tmp_path, f"rem{os.getpid()}x{free_port()}", owners=2, metrics=True,
@@ -126,13 +137,7 @@ def test_a_dead_source_fails_the_transfer_and_leaks_nothing(two_owners):
     assert r.transferable_len == 4 and r.leader_keys == 4
     with pytest.raises(fluxon.KeyNotFound, match="fetch from node 1 failed"):
         b.get_transfer(h)
-    end = time.time() + 10
-    while time.time() < end:
-        s = b.stats()
-        if s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0:
-            break
-        time.sleep(0.1)
-    assert s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0
+    _assert_quiet(b)
     time.sleep(1.2)
     assert _metric(two_owners.metrics_port, "fluxon_master_inflight_gets") == 0  # revoked
     b.close()
@@ -184,13 +189,7 @@ def test_t1_remote_gets_between_daemons_under_injected_faults(tmp_path):
             except (fluxon.KeyNotFound, fluxon.Timeout):
                 pass
         assert got == [vals[k] for k in keys]
-        end = time.time() + 10
-        while time.time() < end:
-            s = b.stats()
-            if s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0:
-                break
-            time.sleep(0.1)
-        assert s["slots_pending"] == 0 and s["slots_prepared"] == 0 and s["holders"] == 0
+        _assert_quiet(b)
         a.close()
         b.close()
     finally:
