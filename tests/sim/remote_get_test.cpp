@@ -616,3 +616,41 @@ TEST_CASE("T1: a master restart with remote gets in flight converges: restores s
     check_quiet(c);
   }
 }
+
+TEST_CASE("T1: replica tasks under lost, duplicated and delayed master messages and failing fetches converge") {
+  for (uint64_t seed : {seed_from_env(231), uint64_t(232), uint64_t(233)}) {
+    sim::Cluster c(seed, small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+    c.run_for(50);
+    const uint64_t s = c.open_session(0);
+    for (auto* l : {&c.to_master, &c.from_master}) {
+      l->drop = 0.25;
+      l->duplicate = 0.25;
+      l->max_delay = 30;
+    }
+    c.data.drop = 0.2;
+    std::vector<std::string> all;
+    for (int b = 0; b < 5; ++b) {
+      auto ks = keys_of("rt1-" + std::to_string(b) + "-", 4);
+      put_opts(c, 0, s, ks, true, false);
+      all.insert(all.end(), ks.begin(), ks.end());
+    }
+    c.run_for(3000);
+    for (auto* l : {&c.to_master, &c.from_master}) l->drop = l->duplicate = 0;
+    c.data.drop = 0;
+    check_quiet(c);
+    const auto& oc = c.owner(2).counters();
+    MESSAGE("seed " << seed << ": replicas done " << oc.replica_done_total << ", failed " << oc.replica_failed_total
+                    << ", tasks received " << oc.replica_tasks_received_total);
+    CHECK(oc.replica_done_total > 0);
+    // Every copy the master names is live where it says, and no copy is named twice.
+    for (const auto& k : all) {
+      auto nodes = c.master().replica_nodes(k);
+      CHECK(std::set<uint32_t>(nodes.begin(), nodes.end()).size() == nodes.size());
+      for (uint32_t n : nodes) CHECK(c.owner(int(n) - 1).local_state(k) == 2);
+      if (c.owner(2).local_state(k) == 2) {
+        auto g = get_start(c, 2, c.open_session(2), {k});
+        CHECK(c.read(2, g.body.AsGetStartReply()->offsets[0]) == pattern(k, 4096));
+      }
+    }
+  }
+}

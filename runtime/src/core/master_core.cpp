@@ -350,6 +350,11 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
   wire::ReplicaPollReplyT rep;
   const OwnerInfo& o = owners_[req.node_id];
   if (!is_replica_target(req.node_id) || req.generation != o.generation) return make_envelope(std::move(rep));
+  LastPoll& last = last_poll_[req.node_id];
+  if (req.poll_id != 0 && last.poll_id == req.poll_id && last.generation == req.generation) {
+    rep.keys = last.keys;  // T1: the reply was lost; the same tasks again
+    return make_envelope(std::move(rep));
+  }
   while (!replica_queue_.empty() && rep.keys.size() < req.max) {
     ReplicaTask t = std::move(replica_queue_.front());
     replica_queue_.pop_front();
@@ -364,6 +369,7 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
     replica_targets_[req.node_id]++;
     counters_.replica_tasks_assigned_total++;
   }
+  last = LastPoll{req.generation, req.poll_id, rep.keys};
   return make_envelope(std::move(rep));
 }
 

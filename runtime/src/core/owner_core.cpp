@@ -531,9 +531,16 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
       replica_target_ = rr->replica_target;
     }
   } else if (kind == JobKind::kReplicaPoll) {
-    master_tokens_.erase(t);
-    replica_poll_token_ = 0;
-    if (auto* rp = reply_env.body.AsReplicaPollReply()) on_replica_tasks(*rp, now, out);
+    if (id != replica_poll_id_) {  // a late duplicate of a settled poll
+      master_tokens_.erase(t);
+      return;
+    }
+    auto* rp = reply_env.body.AsReplicaPollReply();
+    if (!rp) return;
+    for (uint64_t tok : replica_poll_tokens_) master_tokens_.erase(tok);
+    replica_poll_tokens_.clear();
+    replica_poll_id_ = 0;
+    on_replica_tasks(*rp, now, out);
   } else if (kind == JobKind::kGet) {
     on_get_job_reply(id, reply_env, now, out);
   } else if (kind == JobKind::kPublish) {
@@ -694,10 +701,6 @@ void OwnerCore::on_master_failure(uint64_t token) {
   auto t = master_tokens_.find(token);
   if (t == master_tokens_.end()) return;
   counters_.master_failures_total++;
-  if (t->second.first == JobKind::kReplicaPoll) {  // a poll is not a job: the next tick polls again
-    master_tokens_.erase(t);
-    replica_poll_token_ = 0;
-  }
   // A proxied request is answered by the client's own timeout (not retried: it changes nothing).
 }
 

@@ -565,21 +565,28 @@ void OwnerCore::poll_replica_tasks(Millis now, Outbox& out) {
   constexpr uint32_t kBatch = 256;        // tasks per poll, and replica flights at most in flight
   constexpr Millis kIdlePollMs = 100;     // between polls that found nothing
   if (!replica_target_ || alone()) return;  // not a target role, or alone
-  if (replica_poll_token_ != 0) {
-    if (now - replica_poll_sent_ < Millis(cfg_.master_rpc_timeout_ms)) return;
-    master_tokens_.erase(replica_poll_token_);  // lost on the way: ask again
-    replica_poll_token_ = 0;
+  if (replica_poll_id_ != 0) {  // unanswered: the same poll again, the master answers it the same way
+    if (now - replica_poll_sent_ >= Millis(cfg_.publish_retry_ms)) send_replica_poll(now, out);
+    return;
   }
   if (now < next_replica_poll_ || replica_flights_.size() >= kBatch) return;
+  replica_poll_id_ = next_master_token_++;  // any unique number
+  replica_poll_max_ = uint32_t(kBatch - replica_flights_.size());
+  next_replica_poll_ = now + kIdlePollMs;
+  send_replica_poll(now, out);
+}
+
+void OwnerCore::send_replica_poll(Millis now, Outbox& out) {
   wire::ReplicaPollT p;
   p.node_id = cfg_.node_id;
   p.generation = generation_;
-  p.max = uint32_t(kBatch - replica_flights_.size());
-  replica_poll_token_ = next_master_token_++;
+  p.max = replica_poll_max_;
+  p.poll_id = replica_poll_id_;
+  const uint64_t tok = next_master_token_++;
+  replica_poll_tokens_.push_back(tok);
   replica_poll_sent_ = now;
-  next_replica_poll_ = now + kIdlePollMs;
-  master_tokens_[replica_poll_token_] = {JobKind::kReplicaPoll, 0};
-  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, replica_poll_token_, make_envelope(std::move(p))});
+  master_tokens_[tok] = {JobKind::kReplicaPoll, replica_poll_id_};
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(p))});
 }
 
 void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out) {

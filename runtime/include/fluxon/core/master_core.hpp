@@ -126,6 +126,11 @@ class MasterCore {
   };
   std::deque<ReplicaTask> replica_queue_;            // FIFO, bounded (oldest dropped when full)
   std::map<uint32_t, uint64_t> replica_targets_;     // target node -> tasks handed to it
+  struct LastPoll {
+    uint64_t generation = 0, poll_id = 0;
+    std::vector<std::string> keys;
+  };
+  std::map<uint32_t, LastPoll> last_poll_;           // the answer a re-sent poll gets again
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   std::unordered_map<std::string, Route> routes_;
   size_t replicas_ = 0;

@@ -304,8 +304,11 @@ class OwnerCore {
   // Replica tasks this owner pulls from the master (owners of a target role get some) and runs as
   // flights of their own; the flight's interest is held until it is terminal.
   std::unordered_set<uint64_t> replica_flights_;
-  uint64_t replica_poll_token_ = 0;
+  uint64_t replica_poll_id_ = 0;      // the poll in flight (0: none); re-sent under the same id (T1)
+  uint32_t replica_poll_max_ = 0;
+  std::vector<uint64_t> replica_poll_tokens_;
   Millis next_replica_poll_ = 0, replica_poll_sent_ = 0;
+  void send_replica_poll(Millis now, Outbox& out);
   void poll_replica_tasks(Millis now, Outbox& out);
   void on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out);
   void settle_replica_flights(Millis now, Outbox& out);
