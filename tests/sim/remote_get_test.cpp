@@ -654,3 +654,22 @@ TEST_CASE("T1: replica tasks under lost, duplicated and delayed master messages 
     }
   }
 }
+
+TEST_CASE("master: tombstones expire, so removed keys do not grow the master forever") {
+  MasterCore m;
+  m.tick(1000);
+  for (int i = 0; i < 100; ++i) {
+    const std::string k = "tomb-" + std::to_string(i);
+    m_put(m, 1, 10 + i, k, uint64_t(i) * 4096);
+    bool busy = false;
+    CHECK(m_remove(m, 1, k, 1, 10 + i, &busy));
+  }
+  CHECK(m.tombstone_count() == 100);
+  // Inside the window a late duplicate of a removed version stays dead ...
+  CHECK(m_put(m, 1, 10, "tomb-0", 0).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);
+  m.tick(1000 + 10 * 60 * 1000 - 1);
+  CHECK(m.tombstone_count() == 100);
+  m.tick(1000 + 10 * 60 * 1000);
+  CHECK(m.tombstone_count() == 0);  // ... and after it the memory is back
+  CHECK(m.route_count() == 0);
+}

@@ -37,7 +37,10 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   auto& reps = it->second.replicas;
   auto r = std::find_if(reps.begin(), reps.end(), [&](const Replica& x) { return x.node_id == node_id; });
   if (r == reps.end()) return false;
-  if (tombstone) tombstones_[key] = Removed{it->second.ver, r->node_id, r->generation};
+  if (tombstone) {
+    tombstones_[key] = Removed{it->second.ver, r->node_id, r->generation, now_ + kTombstoneMs};
+    tombstone_order_.emplace_back(now_ + kTombstoneMs, key);
+  }
   reps.erase(r);
   replicas_--;
   counters_.replicas_removed_total++;
@@ -85,6 +88,13 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
 }
 
 void MasterCore::tick(Millis now) {
+  now_ = now;
+  while (!tombstone_order_.empty() && tombstone_order_.front().first <= now) {
+    auto t = tombstones_.find(tombstone_order_.front().second);
+    // Only the tombstone this entry was queued for: a newer one of the key keeps its own expiry.
+    if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
+    tombstone_order_.pop_front();
+  }
   for (auto it = gets_.begin(); it != gets_.end();) {
     auto next = std::next(it);
     if (now >= it->second.deadline) {
@@ -374,6 +384,7 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
 }
 
 Envelope MasterCore::handle(const Envelope& req, Millis now) {
+  now_ = std::max(now_, now);
   if (auto* r = req.body.AsRegisterOwner()) {
     if (r->generation < owners_[r->node_id].generation) {
       // An older generation re-registering late is refused; a newer one takes over.

@@ -60,6 +60,7 @@ class MasterCore {
   size_t owner_count() const { return owners_.size(); }
   size_t inflight_get_count() const { return gets_.size(); }
   size_t replica_tasks_queued() const { return replica_queue_.size(); }
+  size_t tombstone_count() const { return tombstones_.size(); }
   // Replica tasks handed to each target node so far (P2: replica target counts).
   const std::map<uint32_t, uint64_t>& replica_targets() const { return replica_targets_; }
   const MasterCounters& counters() const { return counters_; }
@@ -98,6 +99,7 @@ class MasterCore {
     Version ver;
     uint32_t node_id;
     uint64_t generation;
+    Millis expires = 0;
   };
   using GetKey = std::pair<std::string, uint32_t>;  // (key, requester node)
 
@@ -134,7 +136,12 @@ class MasterCore {
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   std::unordered_map<std::string, Route> routes_;
   size_t replicas_ = 0;
+  // A tombstone only has to outlive the late duplicates of its PutDone (retries are seconds apart):
+  // it expires after kTombstoneMs, so removed keys do not grow the table forever.
   std::unordered_map<std::string, Removed> tombstones_;
+  std::deque<std::pair<Millis, std::string>> tombstone_order_;  // (expiry, key), oldest first
+  static constexpr Millis kTombstoneMs = 10 * 60 * 1000;
+  Millis now_ = 0;
   std::map<uint32_t, OwnerInfo> owners_;
   std::map<GetKey, GetFlight> gets_;
   // Activity fences: (key, source node) -> gets reading that replica now.
