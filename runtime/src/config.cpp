@@ -224,6 +224,11 @@ Status validate(const ClusterConfig& c) {
       return invalid_argument(w + ".local_reserve_grant_bytes: larger than contribute_to_cluster_pool_size.dram");
     if (o.hard_timeout_ms <= o.soft_wait_ms)
       return invalid_argument(w + ".local_reserve_hard_timeout_ms: must be > local_reserve_soft_wait_ms");
+    // The owner answers every waiting call (a claim, a remote get_transfer) within its hard timeout;
+    // a client giving up earlier would leave what the late answer hands it.
+    if (c.client.rpc_timeout_ms <= o.hard_timeout_ms)
+      return invalid_argument("client.rpc_timeout_ms: must be > " + w + ".local_reserve_hard_timeout_ms (" +
+                              std::to_string(o.hard_timeout_ms) + ")");
     if (o.expected_capacity) {
       auto eg = expected_grants(*o.expected_capacity, o.grant_bytes);
       if (!eg.ok())

@@ -83,3 +83,11 @@ TEST_CASE("parse_bytes") {
   CHECK_FALSE(parse_bytes("lots").ok());
   CHECK_FALSE(parse_bytes("5 parsecs").ok());
 }
+
+TEST_CASE("config: the client's RPC timeout must outlast the owner's hard timeout (the owner answers within it)") {
+  auto bad = parse_config_text(
+      "owners: [{local_reserve_hard_timeout_ms: 30000}]\nclient: {rpc_timeout_ms: 30000}\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("client.rpc_timeout_ms") != std::string::npos);
+  CHECK(parse_config_text("owners: [{local_reserve_hard_timeout_ms: 3000}]\nclient: {rpc_timeout_ms: 4000}\n").ok());
+}
