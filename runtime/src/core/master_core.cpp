@@ -51,7 +51,7 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   return true;
 }
 
-bool MasterCore::fenced(const std::string& key, uint32_t node_id, const Version&) const {
+bool MasterCore::fenced(const std::string& key, uint32_t node_id) const {
   // Conservative: any get reading this node's copy of key holds it, whatever version it reads.
   return reads_.count({key, node_id}) != 0;
 }
@@ -333,7 +333,7 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
     bool match = false;
     if (it != routes_.end() && it->second.ver == v)
       if (Replica* r = find_replica(it->second, item->node_id)) match = r->generation == item->generation;
-    if (fenced(item->key, item->node_id, v)) {
+    if (fenced(item->key, item->node_id)) {
       counters_.remove_busy_total++;
       rep.removed.push_back(false);
       rep.busy.push_back(true);

@@ -23,7 +23,7 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
   counters_.get_keys_total += n;
   counters_.get_required_keys_total += n;
   PendingGet pg{token, session, groups, req.prefix_best_effort, std::vector<GetItem>(n), now + cfg_.get_start_wait_ms};
-  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, {}, 0};
+  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
   uint64_t batch = 0;
   Session& sess = sessions_[session];
   uint32_t group = 0, left = groups ? (*groups)[0] : 1;
@@ -75,16 +75,26 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
     counters_.get_master_batches_total++;
     queue_get_job(std::move(start), now, out);
   }
+  if (!waits_for_master(pg)) {  // all local (the hot path), or joins past Starting: answer now
+    const bool remote = std::any_of(pg.items.begin(), pg.items.end(),
+                                    [](const GetItem& i) { return i.kind == GetItem::Kind::kFlight; });
+    decide_get(pg, now, out);
+    if (remote) launch_transfers(now, out);
+    return;
+  }
   pending_gets_.emplace(next_pending_get_++, std::move(pg));
-  serve_pending_gets(now, out, false);
+}
+
+bool OwnerCore::waits_for_master(const PendingGet& pg) const {
+  for (const auto& item : pg.items)
+    if (item.kind == GetItem::Kind::kFlight && flights_.at(item.id).phase == Phase::kStarting) return true;
+  return false;
 }
 
 void OwnerCore::serve_pending_gets(Millis now, Outbox& out, bool expire) {
   std::vector<uint64_t> ready;
   for (auto& [id, pg] : pending_gets_) {
-    bool starting = false;
-    for (const auto& item : pg.items)
-      if (item.kind == GetItem::Kind::kFlight && flights_.at(item.id).phase == Phase::kStarting) starting = true;
+    const bool starting = waits_for_master(pg);
     if (!starting || (expire && now >= pg.deadline)) {
       if (starting) counters_.get_wait_timeouts_total++;
       ready.push_back(id);
@@ -214,11 +224,10 @@ void OwnerCore::drop_interest(uint64_t flight_id, Millis now, Outbox& out) {
 
 void OwnerCore::fail_flight(uint64_t flight_id, std::string why, bool revoke, Millis now, Outbox& out) {
   Flight& f = flights_.at(flight_id);
-  auto m = flight_of_.find(f.key);
-  if (m != flight_of_.end() && m->second == flight_id) flight_of_.erase(m);  // identity, not just key
+  clear_marker(f.key, flight_id);
   if (revoke) {
     counters_.get_revoked_total++;
-    queue_get_job(GetJob{GetJob::Kind::kRevoke, {flight_id}, {f.key}, {}, {}, {}, 0}, now, out);
+    queue_get_job(GetJob{GetJob::Kind::kRevoke, {flight_id}, {f.key}, {}, {}, 0}, now, out);
   }
   // The master learns a target only from GetDone: a slot it was never told of (or told of and
   // refused) is free at once. Never called while a transfer writes the slot.
@@ -239,9 +248,13 @@ void OwnerCore::erase_flight_if_done(uint64_t flight_id) {
   Flight& f = it->second;
   if (f.interest > 0 || (f.phase != Phase::kReady && f.phase != Phase::kFailed)) return;
   if (f.pinned) pool_.release_holder(*f.slot);
-  auto m = flight_of_.find(f.key);
-  if (m != flight_of_.end() && m->second == flight_id) flight_of_.erase(m);
+  clear_marker(f.key, flight_id);
   flights_.erase(it);
+}
+
+void OwnerCore::clear_marker(const std::string& key, uint64_t flight_id) {
+  auto m = flight_of_.find(key);
+  if (m != flight_of_.end() && m->second == flight_id) flight_of_.erase(m);
 }
 
 void OwnerCore::launch_transfers(Millis now, Outbox& out) {
@@ -297,7 +310,7 @@ void OwnerCore::on_transfer_done(uint64_t id, const Status& result, Millis now, 
   const std::vector<uint64_t> fids = std::move(t->second);
   transfers_.erase(t);
   if (!result.is_ok()) counters_.transfer_failures_total++;
-  GetJob done{GetJob::Kind::kDone, {}, {}, {}, {}, {}, 0};
+  GetJob done{GetJob::Kind::kDone, {}, {}, {}, {}, 0};
   for (uint64_t fid : fids) {
     Flight& f = flights_.at(fid);  // a Finishing flight is never erased
     if (!result.is_ok()) {
@@ -441,8 +454,7 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
       }
       f.phase = Phase::kReady;
       counters_.get_flights_ready_total++;
-      auto m = flight_of_.find(f.key);
-      if (m != flight_of_.end() && m->second == job.get_ids[i]) flight_of_.erase(m);
+      clear_marker(f.key, job.get_ids[i]);
       erase_flight_if_done(job.get_ids[i]);
     }
     serve_transfers(now, out);
@@ -592,7 +604,7 @@ void OwnerCore::send_replica_poll(Millis now, Outbox& out) {
 void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out) {
   if (rep.keys.empty()) return;
   next_replica_poll_ = now;  // there may be more: ask again at the next tick
-  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, {}, 0};
+  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
   const uint64_t batch = next_put_id_++;
   for (const auto& key : rep.keys) {
     counters_.replica_tasks_received_total++;

@@ -109,7 +109,7 @@ class MasterCore {
   // Removes node's replica of key; the route goes with its last replica. Returns true if removed.
   bool drop_replica(const std::string& key, uint32_t node_id, bool tombstone);
   void end_get(std::map<GetKey, GetFlight>::iterator it);
-  bool fenced(const std::string& key, uint32_t node_id, const Version& ver) const;
+  bool fenced(const std::string& key, uint32_t node_id) const;
 
   Envelope put_done(const wire::PutDoneT& pd);
   Envelope get_start(const wire::BatchGetStartT& req, Millis now);

@@ -185,7 +185,6 @@ class OwnerCore {
     std::vector<uint64_t> get_ids;  // flight ids = get ids
     std::vector<std::string> keys;
     std::vector<uint64_t> offsets;  // kDone: the target slots
-    std::vector<std::optional<SlotRef>> slots;  // kRevoke: freed once the master answered
     std::vector<uint64_t> tokens;
     Millis next_send = 0;
   };
@@ -231,6 +230,7 @@ class OwnerCore {
   // Remote gets (owner_get.cpp).
   void decide_get(PendingGet& pg, Millis now, Outbox& out);
   void serve_pending_gets(Millis now, Outbox& out, bool expire);
+  bool waits_for_master(const PendingGet& pg) const;  // a flight of pg has not left Starting
   void get_transfer(uint64_t token, uint64_t session, const wire::GetTransferReqT& req, Millis now, Outbox& out);
   void serve_transfers(Millis now, Outbox& out);
   bool try_finish_transfer(uint64_t handle_id, Millis now, Outbox& out);
@@ -238,6 +238,8 @@ class OwnerCore {
   void drop_interest(uint64_t flight_id, Millis now, Outbox& out);
   void fail_flight(uint64_t flight_id, std::string why, bool revoke, Millis now, Outbox& out);
   void erase_flight_if_done(uint64_t flight_id);
+  // Removes key's marker only if it is this flight's (a newer flight of the key keeps its own).
+  void clear_marker(const std::string& key, uint64_t flight_id);
   void launch_transfers(Millis now, Outbox& out);
   void send_get_job(uint64_t job_id, GetJob& job, Millis now, Outbox& out);
   uint64_t queue_get_job(GetJob job, Millis now, Outbox& out);
