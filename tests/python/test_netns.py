@@ -44,54 +44,74 @@ def two_hosts():
         sh("ip", "netns", "del", NS_B, check=False)
 
 
-def test_cluster_across_two_hosts_survives_a_partition(two_hosts, tmp_path):
-    mport, p1, p2 = free_port(), free_port(), free_port()
-    name = f"nets{TAG}"
-    cfg = tmp_path / "cluster.yaml"
-    cfg.write_text(textwrap.dedent(f"""
-        cluster_name: {name}
-        master: {{listen_host: {IP_A}, port: {mport}}}
-        owners:
-          - {{node_id: 1, listen_host: {IP_A}, port: {p1}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
-              local_reserve_grant_bytes: 16MiB, master_rpc_timeout_ms: 500, publish_retry_ms: 200}}
-          - {{node_id: 2, listen_host: {IP_B}, port: {p2}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
-              local_reserve_grant_bytes: 16MiB, master_rpc_timeout_ms: 500, publish_retry_ms: 200}}
-    """))
-    procs = []
+class TwoHostCluster:
+    """A master and owner 1 on host A, owner 2 on host B, as real daemons in the namespaces."""
 
-    def start(ns, *args):
-        log = open(tmp_path / f"{args[0]}-{ns}.log", "ab")
-        p = subprocess.Popen(["ip", "netns", "exec", ns, FLUXON_BIN, *args], stdout=log, stderr=subprocess.STDOUT)
-        procs.append(p)
-        return p
+    def __init__(self, tmp_path, name, owner_extra=""):
+        self.name, self.tmp = name, tmp_path
+        mport, self.p1, self.p2 = free_port(), free_port(), free_port()
+        self.cfg = tmp_path / "cluster.yaml"
+        self.cfg.write_text(textwrap.dedent(f"""
+            cluster_name: {name}
+            master: {{listen_host: {IP_A}, port: {mport}}}
+            owners:
+              - {{node_id: 1, listen_host: {IP_A}, port: {self.p1}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
+                  local_reserve_grant_bytes: 16MiB{owner_extra}}}
+              - {{node_id: 2, listen_host: {IP_B}, port: {self.p2}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
+                  local_reserve_grant_bytes: 16MiB{owner_extra}}}
+        """))
+        self.procs = []
 
-    client_code = textwrap.dedent(f"""
-        import sys, ctypes
-        sys.path.insert(0, {str(BUILD / 'python')!r})
-        import fluxon
-        c = fluxon.KvClient({{"cluster_name": {name!r}, "owner_address": "{IP_B}:{p2}"}})
-        seg = c.wait_local_segments_ready()[0]
-        print("segment", seg["segment_label"], seg["node_id"], flush=True)
-        p = c.local_fast_put_start(["a0", "a1"], 4096)
-        ctypes.memset(fluxon.plan_pointers(p)[0], 7, 4096)
-        c.local_fast_put_commit(p).result(20)
-        print("live-before", c.stats()["routes"], flush=True)
-        assert sys.stdin.readline().strip() == "cut"
-        f = c.local_fast_put_commit(c.local_fast_put_start(["b0", "b1", "b2"], 4096))
-        h, r = c.get_start(["b0", "b1", "b2"])
-        c.cancel_get_transfer(h)
-        print("local-during", r.transferable_len, "future-done", f.wait(1.5), flush=True)
-        assert sys.stdin.readline().strip() == "healed"
-        f.result(60)
-        print("live-after", c.stats()["routes"], flush=True)
-        c.close()
-    """)
-    try:
-        start(NS_A, "master", "--config", str(cfg))
+    def _start(self, ns, *args):
+        log = open(self.tmp / f"{args[0]}-{ns}.log", "ab")
+        self.procs.append(subprocess.Popen(["ip", "netns", "exec", ns, FLUXON_BIN, *args], stdout=log,
+                                           stderr=subprocess.STDOUT))
+
+    def __enter__(self):
+        self._start(NS_A, "master", "--config", str(self.cfg))
         time.sleep(0.5)
-        start(NS_A, "owner", "--config", str(cfg), "--node-id", "1")
-        start(NS_B, "owner", "--config", str(cfg), "--node-id", "2")
+        self._start(NS_A, "owner", "--config", str(self.cfg), "--node-id", "1")
+        self._start(NS_B, "owner", "--config", str(self.cfg), "--node-id", "2")
         time.sleep(1.0)
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def client_code(self, ip, port, body):
+        """A Python client of the owner at ip:port running `body` (as `c`)."""
+        return textwrap.dedent(f"""
+            import sys, ctypes
+            sys.path.insert(0, {str(BUILD / 'python')!r})
+            import fluxon
+            c = fluxon.KvClient({{"cluster_name": {self.name!r}, "owner_address": "{ip}:{port}"}})
+        """) + textwrap.dedent(body) + "\nc.close()\n"
+
+
+def test_cluster_across_two_hosts_survives_a_partition(two_hosts, tmp_path):
+    with TwoHostCluster(tmp_path, f"nets{TAG}", ", master_rpc_timeout_ms: 500, publish_retry_ms: 200") as tc:
+        client_code = tc.client_code(IP_B, tc.p2, """
+            seg = c.wait_local_segments_ready()[0]
+            print("segment", seg["segment_label"], seg["node_id"], flush=True)
+            p = c.local_fast_put_start(["a0", "a1"], 4096)
+            ctypes.memset(fluxon.plan_pointers(p)[0], 7, 4096)
+            c.local_fast_put_commit(p).result(20)
+            print("live-before", c.stats()["routes"], flush=True)
+            assert sys.stdin.readline().strip() == "cut"
+            f = c.local_fast_put_commit(c.local_fast_put_start(["b0", "b1", "b2"], 4096))
+            h, r = c.get_start(["b0", "b1", "b2"])
+            c.cancel_get_transfer(h)
+            print("local-during", r.transferable_len, "future-done", f.wait(1.5), flush=True)
+            assert sys.stdin.readline().strip() == "healed"
+            f.result(60)
+            print("live-after", c.stats()["routes"], flush=True)
+        """)
         cl = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable, "-c", client_code],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert cl.stdout.readline().split() == ["segment", "external_owner:0", "2"]
@@ -106,56 +126,17 @@ def test_cluster_across_two_hosts_survives_a_partition(two_hosts, tmp_path):
         line = cl.stdout.readline().split()
         assert line == ["live-after", "5"], (line, cl.stderr.read() if cl.poll() is not None else "")
         assert cl.wait(30) == 0
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 def test_remote_get_across_two_hosts(two_hosts, tmp_path):
     """Host A's client writes; host B's client reads: the bytes cross the veth link over the TCP
     data plane from owner 1's segment into owner 2's, then B reads them locally."""
-    mport, p1, p2 = free_port(), free_port(), free_port()
-    name = f"netr{TAG}"
-    cfg = tmp_path / "cluster.yaml"
-    cfg.write_text(textwrap.dedent(f"""
-        cluster_name: {name}
-        master: {{listen_host: {IP_A}, port: {mport}}}
-        owners:
-          - {{node_id: 1, listen_host: {IP_A}, port: {p1}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
-              local_reserve_grant_bytes: 16MiB}}
-          - {{node_id: 2, listen_host: {IP_B}, port: {p2}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
-              local_reserve_grant_bytes: 16MiB}}
-    """))
-    procs = []
+    with TwoHostCluster(tmp_path, f"netr{TAG}") as tc:
+        def client(ns, ip, port, body):
+            return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", tc.client_code(ip, port, body)],
+                                  capture_output=True, text=True, timeout=60)
 
-    def start(ns, *args, **kw):
-        log = open(tmp_path / f"{args[0]}-{ns}.log", "ab")
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *args], stdout=log, stderr=subprocess.STDOUT, **kw)
-        procs.append(p)
-        return p
-
-    def client(ns, ip, port, body):
-        code = textwrap.dedent(f"""
-            import sys, ctypes
-            sys.path.insert(0, {str(BUILD / 'python')!r})
-            import fluxon
-            c = fluxon.KvClient({{"cluster_name": {name!r}, "owner_address": "{ip}:{port}"}})
-        """) + textwrap.dedent(body) + "\nc.close()\n"
-        return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True,
-                              text=True, timeout=60)
-
-    try:
-        start(NS_A, FLUXON_BIN, "master", "--config", str(cfg))
-        time.sleep(0.5)
-        start(NS_A, FLUXON_BIN, "owner", "--config", str(cfg), "--node-id", "1")
-        start(NS_B, FLUXON_BIN, "owner", "--config", str(cfg), "--node-id", "2")
-        time.sleep(1.0)
-        w = client(NS_A, IP_A, p1, """
+        w = client(NS_A, IP_A, tc.p1, """
             keys = [f"x{i}" for i in range(8)]
             p = c.local_fast_put_start(keys, 65536)
             for i, ptr in enumerate(fluxon.plan_pointers(p)):
@@ -164,7 +145,7 @@ def test_remote_get_across_two_hosts(two_hosts, tmp_path):
             print("written")
         """)
         assert w.returncode == 0 and w.stdout.split() == ["written"], w.stderr
-        r = client(NS_B, IP_B, p2, """
+        r = client(NS_B, IP_B, tc.p2, """
             keys = [f"x{i}" for i in range(8)]
             for attempt in range(2):
                 h, r = c.get_start(keys)
@@ -176,11 +157,3 @@ def test_remote_get_across_two_hosts(two_hosts, tmp_path):
         """)
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines() == ["8 8 0 True", "8 0 8 True"]
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
