@@ -45,6 +45,29 @@ bool send_all(int fd, const void* p, size_t n) {
   return true;
 }
 
+// Every byte of iov[0..n) in as few system calls as the socket allows.
+bool send_all_iov(int fd, iovec* iov, int n) {
+  while (n > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = size_t(n);
+    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    size_t left = size_t(w);
+    while (n > 0 && left >= iov->iov_len) {  // whole buffers sent
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {  // part of the next one
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
 bool recv_all(int fd, void* p, size_t n) {
   uint8_t* b = static_cast<uint8_t*>(p);
   while (n > 0) {
@@ -252,18 +275,7 @@ Status TcpFetcher::read(const std::string& host, uint16_t port, uint64_t generat
       total += ranges[i].len;
     }
     iovec iov[2] = {{&h, sizeof(h)}, {wire.data(), wire.size() * sizeof(RangeWire)}};
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    const size_t want = sizeof(h) + wire.size() * sizeof(RangeWire);
-    ssize_t w = ::sendmsg(*fd, &msg, MSG_NOSIGNAL);
-    bool sent = w == ssize_t(want);
-    if (!sent && w > 0) {  // a short write: finish it plainly
-      std::vector<uint8_t> flat(want);
-      std::memcpy(flat.data(), &h, sizeof(h));
-      std::memcpy(flat.data() + sizeof(h), wire.data(), wire.size() * sizeof(RangeWire));
-      sent = send_all(*fd, flat.data() + w, want - size_t(w));
-    }
+    const bool sent = send_all_iov(*fd, iov, 2);
     ReplyHeader rep{};
     if (!sent || !recv_all(*fd, &rep, sizeof(rep))) {
       ::close(*fd);
