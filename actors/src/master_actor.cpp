@@ -64,6 +64,7 @@ void export_metrics(MasterState& st) {
             c.replica_tasks_no_target_total);
   m.counter("fluxon_master_replica_tasks_obsolete_total", "Replica tasks dropped: version gone or already there",
             c.replica_tasks_obsolete_total);
+  m.counter("fluxon_master_replica_polls_total", "ReplicaPoll requests from target owners", c.replica_polls_total);
   m.counter("fluxon_master_removed_with_copies_left_total",
             "Source copies removed while another owner's copy still serves the key", c.removed_with_copies_left_total);
   m.counter("fluxon_master_removed_last_copy_total", "Removals of a key's last copy (later reads miss)",

@@ -112,7 +112,6 @@ struct Handle {
   std::optional<std::vector<uint32_t>> groups;
   std::shared_ptr<Conn> conn;
   Clock::time_point deadline;
-  bool owner_rpc = false;  // the items come with get_transfer (remote keys in the prefix)
 };
 
 }  // namespace
@@ -488,13 +487,12 @@ Result<std::pair<uint64_t, GetStartResult>> KvClient::get_start(const std::vecto
   h.groups = groups;
   h.conn = *c;
   h.deadline = sent + std::chrono::milliseconds((*c)->link->info().get_handle_ttl_ms / 2);
-  h.owner_rpc = rep->owner_rpc;
-  h.result.owner_rpc = rep->owner_rpc;
+  h.result.owner_rpc = rep->owner_rpc;  // the items come with get_transfer (remote keys in the prefix)
   h.result.local_keys = rep->local_keys;
   h.result.joined_keys = rep->joined_keys;
   h.result.leader_keys = rep->leader_keys;
   h.result.sources = std::move(rep->sources);
-  if (!h.owner_rpc && (h.holdings.size() != h.result.transferable_len || h.offsets.size() != h.holdings.size()))
+  if (!h.result.owner_rpc && (h.holdings.size() != h.result.transferable_len || h.offsets.size() != h.holdings.size()))
     return Status(Code::kInternal, "get_start: reply items do not match transferable_len");
   if (rep->owner_rpc && !h.holdings.empty())
     return Status(Code::kInternal, "get_start: an OwnerRpc reply carries no items");
@@ -538,7 +536,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
     return Status(Code::kTimeout, "get_transfer: the handle outlived its TTL and was released");
   }
   if (tl == 0) return Status(Code::kKeyNotFound, "get_transfer: nothing to transfer (first key missed)");
-  if (h.owner_rpc) {
+  if (h.result.owner_rpc) {
     // Remote keys: the owner answers once they are local (or fails them all), tail dropped there.
     auto r = impl_->call(h.conn, make_envelope(wire::GetTransferReqT{{}, h.owner_handle, consume}));
     if (!r.ok()) return r.status();
@@ -558,7 +556,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
   uint8_t* base = h.conn->mapping->base();
   for (uint32_t i = 0; i < consume; ++i) {
     if (h.offsets[i] + h.lens[i] > h.conn->mapping->size()) {
-      impl_->queue_ack(h.conn, h.owner_handle, std::move(h.holdings), !h.owner_rpc);
+      impl_->queue_ack(h.conn, h.owner_handle, std::move(h.holdings), !h.result.owner_rpc);
       return Status(Code::kInternal, "get_transfer: holding outside the mapped segment");
     }
     p.blob[2 + i] = reinterpret_cast<uint64_t>(base + h.offsets[i]);
@@ -568,7 +566,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
   p.holdings.assign(h.holdings.begin(), h.holdings.begin() + consume);
   // Tail holdings go back at once (G5), in the batched acknowledgement queue. An OwnerRpc handle
   // was consumed by the owner with the reply (its tail released there).
-  if (!h.owner_rpc) impl_->queue_ack(h.conn, h.owner_handle, std::move(tail), true);
+  if (!h.result.owner_rpc) impl_->queue_ack(h.conn, h.owner_handle, std::move(tail), true);
   return impl_->register_plan(std::move(p));
 }
 
