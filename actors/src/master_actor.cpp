@@ -69,6 +69,20 @@ void export_metrics(MasterState& st) {
             "Source copies removed while another owner's copy still serves the key", c.removed_with_copies_left_total);
   m.counter("fluxon_master_removed_last_copy_total", "Removals of a key's last copy (later reads miss)",
             c.removed_last_copy_total);
+  m.counter("fluxon_master_writeback_keys_total", "Keys owners asked to write back", c.writeback_keys_total);
+  m.counter("fluxon_master_writeback_tasks_total", "Replica tasks queued for write-backs", c.writeback_tasks_total);
+  m.counter("fluxon_master_writeback_backed_total", "Write-back keys found held by a target-role owner",
+            c.writeback_backed_total);
+  m.counter("fluxon_master_writeback_obsolete_total", "Write-back keys whose sender held no copy of that version",
+            c.writeback_obsolete_total);
+  m.counter("fluxon_master_writeback_no_target_total", "Write-back keys refused: no target-role owner",
+            c.writeback_no_target_total);
+  m.counter("fluxon_master_demoted_keys_total", "Source copies dropped by single-copy demotion",
+            c.demoted_keys_total);
+  m.counter("fluxon_master_demote_kept_total", "Demotions refused: a key had no target copy of its version",
+            c.demote_kept_total);
+  m.counter("fluxon_master_demote_busy_total", "Demotions deferred: a remote get read a source copy",
+            c.demote_busy_total);
   for (const auto& [node, n] : st.core.replica_targets())
     m.counter("fluxon_master_replica_targets_total", "Replica tasks handed to each target node", n,
               {{"node", std::to_string(node)}});

@@ -155,6 +155,8 @@ void export_metrics(OwnerState& st) {
   m.gauge("fluxon_owner_routes", "Live master routes to this owner's slots", double(s.routes));
   m.gauge("fluxon_owner_sessions", "Connected client sessions", double(s.sessions));
   m.gauge("fluxon_owner_publish_jobs", "Publish and route-removal jobs in flight", double(s.publish_jobs));
+  m.gauge("fluxon_owner_writeback_jobs", "Owner-hot write-backs in flight", double(st.core->writebacks_pending()));
+  m.gauge("fluxon_owner_hot_bytes", "Bytes in the owner-hot tier", double(st.core->hot_bytes()));
   const auto& c = st.core->counters();
   m.counter("fluxon_owner_put_start_total", "local_fast_put_start requests", c.put_start_total);
   m.counter("fluxon_owner_put_keys_total", "Keys given a slot by put_start", c.put_keys_total);
@@ -226,6 +228,24 @@ void export_metrics(OwnerState& st) {
             c.replica_failed_total);
   m.counter("fluxon_owner_get_alone_misses_total", "Misses answered without the master (no other owner)",
             c.get_alone_misses_total);
+  m.counter("fluxon_owner_hot_evicted_keys_total", "Keys the owner-hot tier evicted (write-back candidates)",
+            c.hot_evicted_keys_total);
+  m.counter("fluxon_owner_writeback_cohorts_total", "Exact cohorts written back to a target-role owner",
+            c.writeback_cohorts_total);
+  m.counter("fluxon_owner_writeback_keys_total", "Keys of the cohorts written back", c.writeback_keys_total);
+  m.counter("fluxon_owner_writeback_backed_keys_total", "Written-back keys a target-role owner holds now",
+            c.writeback_backed_keys_total);
+  m.counter("fluxon_owner_writeback_abandoned_total",
+            "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay",
+            c.writeback_abandoned_total);
+  m.counter("fluxon_owner_writeback_requests_total", "WriteBack and Demote requests sent (retries included)",
+            c.writeback_requests_total);
+  m.counter("fluxon_owner_demoted_cohorts_total", "Cohorts demoted: their copies here dropped, the remote copy serves",
+            c.demoted_cohorts_total);
+  m.counter("fluxon_owner_demoted_keys_total", "Keys demoted", c.demoted_keys_total);
+  m.counter("fluxon_owner_demoted_bytes_total", "Slot bytes freed by demotion", c.demoted_bytes_total);
+  m.counter("fluxon_owner_demote_kept_total", "Demotions refused (the remote copy went first): copies kept",
+            c.demote_kept_total);
   m.counter("fluxon_owner_get_wait_timeouts_total", "get_start decided without the master's answer",
             c.get_wait_timeouts_total);
   m.counter("fluxon_owner_transfer_batches_total", "Data-plane fetch batches (one per peer per round)",

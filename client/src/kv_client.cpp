@@ -662,7 +662,11 @@ Result<std::map<std::string, uint64_t>> KvClient::master_stats() {
                                          {"replica_tasks_assigned_total", s->replica_tasks_assigned_total},
                                          {"replica_tasks_no_target_total", s->replica_tasks_no_target_total},
                                          {"removed_with_copies_left_total", s->removed_with_copies_left_total},
-                                         {"removed_last_copy_total", s->removed_last_copy_total}};
+                                         {"removed_last_copy_total", s->removed_last_copy_total},
+                                         {"writeback_tasks_total", s->writeback_tasks_total},
+                                         {"writeback_backed_total", s->writeback_backed_total},
+                                         {"demoted_keys_total", s->demoted_keys_total},
+                                         {"demote_kept_total", s->demote_kept_total}};
 }
 
 Result<uint64_t> KvClient::master_route_count() {

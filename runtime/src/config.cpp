@@ -15,7 +15,8 @@ const std::set<std::string> kOwnerOnlyKeys = {
     "contribute_to_cluster_pool_size", "owner_local_reserve_expected_capacity",
     "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
     "get_handle_ttl_ms", "node_id", "role", "data_host", "data_port", "data_transport", "data_threads",
-    "data_timeout_ms", "get_start_wait_ms"};
+    "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio", "writeback_demote",
+    "writeback_timeout_ms"};
 
 Status check_keys(const YAML::Node& n, const std::string& where, const std::set<std::string>& allowed) {
   if (!n.IsMap()) return invalid_argument(where + ": expected a mapping");
@@ -89,7 +90,8 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "local_reserve_hard_timeout_ms", "get_handle_ttl_ms", "publish_retry_ms",
                       "master_rpc_timeout_ms", "fault_injection", "eviction", "eviction_max_bytes_per_round",
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
-                      "data_timeout_ms", "get_start_wait_ms"}));
+                      "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
+                      "writeback_demote", "writeback_timeout_ms"}));
   FLX_TRY(get_str(n, "data_host", where, o.data_host));
   if (n["data_port"] && n["data_port"].as<std::string>() == "0") o.data_port = 0;
   else FLX_TRY(get_uint(n, "data_port", where, o.data_port));
@@ -99,6 +101,16 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "data_threads", where, o.data_threads));
   FLX_TRY(get_uint(n, "data_timeout_ms", where, o.data_timeout_ms));
   FLX_TRY(get_uint(n, "get_start_wait_ms", where, o.get_start_wait_ms));
+  FLX_TRY(get_uint(n, "writeback_timeout_ms", where, o.writeback_timeout_ms));
+  if (auto r = n["replica_writeback_hot_capacity_ratio"]) {
+    double v = -1;
+    try {
+      v = r.as<double>();
+    } catch (const YAML::Exception&) {
+    }
+    if (!(v >= 0 && v < 1)) return invalid_argument(where + ".replica_writeback_hot_capacity_ratio: must be in [0, 1)");
+    o.hot_writeback_ratio = v;
+  }
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));
   FLX_TRY(get_str(n, "listen_host", where, o.listen_host));
@@ -127,7 +139,8 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "master_rpc_timeout_ms", where, o.master_rpc_timeout_ms));
   FLX_TRY(get_uint(n, "eviction_max_bytes_per_round", where, o.eviction_max_bytes_per_round));
   for (auto [name, flag] : {std::pair<const char*, bool*>{"eviction", &o.eviction},
-                             std::pair<const char*, bool*>{"eviction_tp_cohorts", &o.eviction_tp_cohorts}}) {
+                             std::pair<const char*, bool*>{"eviction_tp_cohorts", &o.eviction_tp_cohorts},
+                             std::pair<const char*, bool*>{"writeback_demote", &o.writeback_demote}}) {
     if (!n[name]) continue;
     try {
       *flag = n[name].as<bool>();

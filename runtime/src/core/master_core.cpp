@@ -95,6 +95,11 @@ void MasterCore::tick(Millis now) {
     if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
     tombstone_order_.pop_front();
   }
+  while (!writeback_order_.empty() && writeback_order_.front().first <= now) {
+    auto t = writeback_tasks_.find(writeback_order_.front().second);
+    if (t != writeback_tasks_.end() && t->second.second <= now) writeback_tasks_.erase(t);
+    writeback_order_.pop_front();
+  }
   for (auto it = gets_.begin(); it != gets_.end();) {
     auto next = std::next(it);
     if (now >= it->second.deadline) {
@@ -349,6 +354,85 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
   return make_envelope(std::move(rep));
 }
 
+bool MasterCore::backed_elsewhere(const Route& r, uint32_t source) const {
+  for (const auto& rep : r.replicas)
+    if (rep.node_id != source && is_replica_target(rep.node_id)) return true;
+  return false;
+}
+
+Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
+  counters_.writeback_requests_total++;
+  wire::WriteBackReplyT rep;
+  const OwnerInfo& o = owners_[req.node_id];
+  bool target = false;
+  for (const auto& [node, info] : owners_)
+    if (node != req.node_id && is_replica_target(node)) target = true;
+  for (const auto& item : req.items) {
+    counters_.writeback_keys_total++;
+    const Version v{item->origin_node, item->origin_generation, item->origin_put_id};
+    auto r = routes_.find(item->key);
+    Replica* mine = r == routes_.end() ? nullptr : find_replica(r->second, req.node_id);
+    if (req.generation != o.generation || !mine || mine->generation != req.generation || !(r->second.ver == v)) {
+      counters_.writeback_obsolete_total++;
+      rep.status.push_back(wire::WriteBackStatus::Obsolete);
+      continue;
+    }
+    if (backed_elsewhere(r->second, req.node_id)) {
+      writeback_tasks_.erase(item->key);
+      counters_.writeback_backed_total++;
+      rep.status.push_back(wire::WriteBackStatus::Backed);
+      continue;
+    }
+    if (!target) {
+      counters_.writeback_no_target_total++;
+      rep.status.push_back(wire::WriteBackStatus::NoTarget);
+      continue;
+    }
+    auto t = writeback_tasks_.find(item->key);
+    if (t == writeback_tasks_.end() || !(t->second.first == v) || now >= t->second.second) {
+      if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
+      replica_queue_.push_back(ReplicaTask{item->key, v, req.node_id});
+      writeback_tasks_[item->key] = {v, now + kWriteBackTaskMs};
+      writeback_order_.emplace_back(now + kWriteBackTaskMs, item->key);
+      counters_.writeback_tasks_total++;
+      counters_.replica_tasks_total++;
+    }
+    rep.status.push_back(wire::WriteBackStatus::Queued);
+  }
+  return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::demote(const wire::DemoteT& req) {
+  counters_.demote_requests_total++;
+  // All or none: every item's version must have a copy on a target-role owner; a source copy that
+  // a remote get reads now (activity fence) makes the whole request Busy. A source copy already
+  // gone counts as demoted (a re-sent request whose reply was lost: T1).
+  wire::DemoteReplyT rep;
+  rep.status = wire::DemoteStatus::Demoted;
+  const OwnerInfo& o = owners_[req.node_id];
+  for (const auto& item : req.items) {
+    const Version v{item->origin_node, item->origin_generation, item->origin_put_id};
+    auto r = routes_.find(item->key);
+    if (req.generation != o.generation || r == routes_.end() || !(r->second.ver == v) ||
+        !backed_elsewhere(r->second, req.node_id)) {
+      rep.status = wire::DemoteStatus::Kept;
+      break;
+    }
+    if (find_replica(r->second, req.node_id) && fenced(item->key, req.node_id)) rep.status = wire::DemoteStatus::Busy;
+  }
+  if (rep.status == wire::DemoteStatus::Kept) counters_.demote_kept_total++;
+  if (rep.status == wire::DemoteStatus::Busy) counters_.demote_busy_total++;
+  if (rep.status != wire::DemoteStatus::Demoted) return make_envelope(std::move(rep));
+  for (const auto& item : req.items) {
+    Replica* mine = find_replica(routes_.at(item->key), req.node_id);
+    if (!mine || mine->generation != req.generation) continue;
+    drop_replica(item->key, req.node_id, true);  // the route stays: the target's copy serves it
+    counters_.demoted_keys_total++;
+    counters_.removed_with_copies_left_total++;
+  }
+  return make_envelope(std::move(rep));
+}
+
 bool MasterCore::is_replica_target(uint32_t node_id) const {
   auto it = owners_.find(node_id);
   if (it == owners_.end()) return false;
@@ -450,8 +534,14 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     rep.replica_tasks_no_target_total = counters_.replica_tasks_no_target_total;
     rep.removed_with_copies_left_total = counters_.removed_with_copies_left_total;
     rep.removed_last_copy_total = counters_.removed_last_copy_total;
+    rep.writeback_tasks_total = counters_.writeback_tasks_total;
+    rep.writeback_backed_total = counters_.writeback_backed_total;
+    rep.demoted_keys_total = counters_.demoted_keys_total;
+    rep.demote_kept_total = counters_.demote_kept_total;
     return make_envelope(std::move(rep));
   }
+  if (auto* w = req.body.AsWriteBack()) return write_back(*w, now_);
+  if (auto* d = req.body.AsDemote()) return demote(*d);
   if (auto* p = req.body.AsPing()) return make_envelope(wire::PongT{{}, p->seq});
   counters_.errors_total++;
   counters_.malformed_total++;

@@ -19,7 +19,15 @@ OwnerCore::OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_n
         o.shards = 4;
         o.estimated_entries = std::max<uint64_t>(1024, segment_len / (256 << 10));
         return o;
-      }()) {}
+      }()) {
+  if (cfg_.hot_writeback_ratio > 0) {
+    WeightedCache<std::string, ResidentRef>::Options o;
+    o.max_capacity = uint64_t(double(segment_len) * cfg_.hot_writeback_ratio);
+    o.shards = 4;
+    o.estimated_entries = std::max<uint64_t>(1024, segment_len / (256 << 10));
+    hot_ = std::make_unique<WeightedCache<std::string, ResidentRef>>(std::move(o));
+  }
+}
 
 void OwnerCore::start(Millis now, Outbox& out) {
   now_ = now;
@@ -348,6 +356,7 @@ void OwnerCore::erase_entry(std::unordered_map<std::string, Entry>::iterator it)
   const Entry& e = it->second;
   const uint64_t put_id = e.put_id;
   resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+  if (hot_) hot_->remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
   auto c = cohorts_.find({e.put_id, e.group});
   if (c != cohorts_.end()) {
     std::erase(c->second, key);
@@ -410,9 +419,9 @@ std::vector<std::string> tp_siblings(const std::string& key) {
 }
 }  // namespace
 
-void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
-  // The exact cohort: the atomic group, and the same group of the other TP ranks when its keys
-  // carry SGLang's "_<rank>_<size>" suffix (a half-evicted TP cohort restores on no rank).
+std::vector<OwnerCore::CohortId> OwnerCore::exact_cohort(CohortId cohort) const {
+  // The atomic group, and the same group of the other TP ranks when its keys carry SGLang's
+  // "_<rank>_<size>" suffix (a half-evicted TP cohort restores on no rank).
   std::vector<CohortId> remaining{cohort};
   if (cfg_.eviction_tp_cohorts) {
     auto c = cohorts_.find(cohort);
@@ -425,7 +434,11 @@ void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
           if (std::find(remaining.begin(), remaining.end(), other) == remaining.end()) remaining.push_back(other);
         }
   }
-  for (const auto& id : remaining) evict_one_cohort(id, now, out);
+  return remaining;
+}
+
+void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
+  for (const auto& id : exact_cohort(cohort)) evict_one_cohort(id, now, out);
 }
 
 void OwnerCore::evict_one_cohort(CohortId cohort, Millis now, Outbox& out) {
@@ -543,6 +556,8 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     on_replica_tasks(*rp, now, out);
   } else if (kind == JobKind::kGet) {
     on_get_job_reply(id, reply_env, now, out);
+  } else if (kind == JobKind::kWriteBack) {
+    on_writeback_reply(id, reply_env, now, out);
   } else if (kind == JobKind::kPublish) {
     auto j = publish_.find(id);
     auto* pr = reply_env.body.AsPutDoneReply();
@@ -574,7 +589,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
         } else {
           Entry& e = index_[job.keys[i]];
           e.live = true;
-          (void)resident_.insert(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot));
+          index_live(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot), now, out);
         }
       } else {
         // Never published: the local copy is dropped (cache semantics), the caller learns why.
@@ -735,6 +750,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   launch_transfers(now, out);
   settle_replica_flights(now, out);
   poll_replica_tasks(now, out);
+  retry_writebacks(now, out);
   if (register_token_ && now - register_sent_ >= Millis(cfg_.publish_retry_ms)) start(now, out);
   // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
   // soft wait is noted, the hard timeout fails the claim naming its stage.

@@ -37,7 +37,10 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
     // LocalJoin: pinned at once (G2). V1: a precommit entry is a local hit, exactly like a live one.
     if (auto it = index_.find(key); it != index_.end()) {
       const Entry& e = it->second;
-      if (e.live) resident_.touch(key);  // eviction order follows reads too
+      if (e.live) {  // eviction and write-back order follow reads too
+        resident_.touch(key);
+        if (hot_) hot_->touch(key);
+      }
       const uint64_t hid = next_holding_++;  // non-zero, unique per export
       pool_.add_holder(e.slot);
       holdings_.emplace(hid, Holding{e.slot, session});
@@ -450,7 +453,7 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
       } else {
         index_[f.key] = Entry{f.batch, slot, f.len, true, f.group, f.ver};
         cohorts_[{f.batch, f.group}].push_back(f.key);
-        (void)resident_.insert(f.key, ResidentRef{f.batch, f.group}, pool_.slot_size(slot));
+        index_live(f.key, ResidentRef{f.batch, f.group}, pool_.slot_size(slot), now, out);
       }
       f.phase = Phase::kReady;
       counters_.get_flights_ready_total++;

@@ -35,6 +35,10 @@ struct MasterCounters {
   // Source removals (eviction, supersede) that left another owner's copy serving the key (the
   // design's "only the source goes while a replica remains"), and those that removed the last copy.
   uint64_t removed_with_copies_left_total = 0, removed_last_copy_total = 0;
+  // Owner-hot write-back and single-copy demotion.
+  uint64_t writeback_requests_total = 0, writeback_keys_total = 0, writeback_tasks_total = 0;
+  uint64_t writeback_backed_total = 0, writeback_obsolete_total = 0, writeback_no_target_total = 0;
+  uint64_t demote_requests_total = 0, demoted_keys_total = 0, demote_kept_total = 0, demote_busy_total = 0;
   uint64_t owners_registered_total = 0, errors_total = 0, malformed_total = 0;
 };
 
@@ -117,7 +121,11 @@ class MasterCore {
   Envelope get_revoke(const wire::BatchGetRevokeT& req);
   Envelope remove_routes(const wire::RemoveRoutesT& req);
   Envelope replica_poll(const wire::ReplicaPollT& req);
+  Envelope write_back(const wire::WriteBackT& req, Millis now);
+  Envelope demote(const wire::DemoteT& req);
   bool is_replica_target(uint32_t node_id) const;
+  // A target-role owner other than `source` holds a replica of the route's version.
+  bool backed_elsewhere(const Route& r, uint32_t source) const;
 
   Millis get_ttl_ms_;
   std::vector<std::string> replica_roles_;
@@ -133,6 +141,11 @@ class MasterCore {
     std::vector<std::string> keys;
   };
   std::map<uint32_t, LastPoll> last_poll_;           // the answer a re-sent poll gets again
+  // Write-back tasks queued, per key: a re-sent WriteBack queues none again until the task had time
+  // to finish (kWriteBackTaskMs); then a lost task (its fetch failed) is queued anew.
+  std::unordered_map<std::string, std::pair<Version, Millis>> writeback_tasks_;
+  std::deque<std::pair<Millis, std::string>> writeback_order_;  // (expiry, key), oldest first
+  static constexpr Millis kWriteBackTaskMs = 10000;
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   std::unordered_map<std::string, Route> routes_;
   size_t replicas_ = 0;

@@ -72,6 +72,13 @@ struct OwnerCounters {
   uint64_t replica_keys_requested_total = 0;  // put keys published with a replica task
   uint64_t replica_tasks_received_total = 0, replica_tasks_skipped_total = 0;
   uint64_t replica_done_total = 0, replica_failed_total = 0;
+  // Owner-hot write-back: keys the hot tier evicted; exact cohorts written back to a target-role
+  // owner, their keys, and those a target holds now; jobs given up (no target, the value moved on,
+  // or no copy within writeback_timeout_ms); cohorts demoted (the copies here dropped once the
+  // remote copy stayed) and refused demotions (the remote copy went first: nothing dropped).
+  uint64_t hot_evicted_keys_total = 0, writeback_cohorts_total = 0, writeback_keys_total = 0;
+  uint64_t writeback_backed_keys_total = 0, writeback_abandoned_total = 0, writeback_requests_total = 0;
+  uint64_t demoted_cohorts_total = 0, demoted_keys_total = 0, demoted_bytes_total = 0, demote_kept_total = 0;
 };
 
 class OwnerCore {
@@ -110,6 +117,9 @@ class OwnerCore {
   int local_state(const std::string& key) const;
   // Drop the route and local entry of key (eviction uses this path later): route first, then S2.
   void remove_key(const std::string& key, Millis now, Outbox& out);
+  // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.
+  size_t writebacks_pending() const { return writebacks_.size(); }
+  uint64_t hot_bytes() const { return hot_ ? hot_->weighted_size() : 0; }
 
  private:
   struct Entry {                // local visible index
@@ -284,7 +294,7 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kWriteBack };
   // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   Envelope register_request() const;
@@ -314,6 +324,33 @@ class OwnerCore {
   void poll_replica_tasks(Millis now, Outbox& out);
   void on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out);
   void settle_replica_flights(Millis now, Outbox& out);
+  // Owner-hot write-back (owner_writeback.cpp). Live entries also sit in the hot tier (capacity
+  // enforced: hot_writeback_ratio of the segment); each key it evicts starts a job for its exact
+  // cohort (the atomic group, with the other TP ranks' groups): WriteBack, re-sent until a
+  // target-role owner holds every key of it, then (writeback_demote) one Demote for all of them.
+  struct WriteBackJob {
+    std::vector<CohortId> cohorts;
+    std::vector<std::string> keys;
+    std::vector<Version> versions;
+    std::vector<uint64_t> put_ids;
+    bool demoting = false;         // every key is backed: the Demote request is out
+    std::vector<uint64_t> tokens;
+    Millis next_send = 0, deadline = 0;
+  };
+  std::unique_ptr<WeightedCache<std::string, ResidentRef>> hot_;
+  std::map<uint64_t, WriteBackJob> writebacks_;
+  std::map<CohortId, uint64_t> writeback_of_;  // cohort -> the job that carries it
+  uint64_t next_writeback_ = 1;
+  // A live entry enters the resident index and the hot tier; what the hot tier evicts is written back.
+  void index_live(const std::string& key, ResidentRef ref, uint64_t weight, Millis now, Outbox& out);
+  void write_back(const std::vector<std::pair<std::string, ResidentRef>>& evicted, Millis now, Outbox& out);
+  void send_writeback(uint64_t id, WriteBackJob& job, Millis now, Outbox& out);
+  void on_writeback_reply(uint64_t id, Envelope& reply, Millis now, Outbox& out);
+  void end_writeback(uint64_t id);
+  void retry_writebacks(Millis now, Outbox& out);
+  // The exact cohort of `cohort`: itself and, with eviction_tp_cohorts, the same group of the other
+  // TP ranks (keys with SGLang's "_<rank>_<size>" suffix).
+  std::vector<CohortId> exact_cohort(CohortId cohort) const;
   std::unordered_map<uint64_t, Handle> handles_;
   std::unordered_map<uint64_t, Holding> holdings_;
   std::unordered_map<uint64_t, Session> sessions_;

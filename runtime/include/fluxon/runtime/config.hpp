@@ -41,6 +41,14 @@ struct OwnerConfig {
   bool eviction = true;
   uint64_t eviction_max_bytes_per_round = 256ull << 20;
   bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
+  // Owner-hot write-back (replica_writeback_hot_capacity_ratio; 0 = off): live entries also sit in
+  // a hot W-TinyLFU tier of this share of the segment; a cohort it evicts gets a copy on a
+  // target-role owner (a replica task), and with writeback_demote its copies here then go (single-
+  // copy demotion: only while the remote copy of the same version stays). A write-back not done
+  // within writeback_timeout_ms is given up (the entry stays; a later eviction may ask again).
+  double hot_writeback_ratio = 0;
+  bool writeback_demote = true;
+  uint32_t writeback_timeout_ms = 60000;
   // Data plane: peers fetch this owner's bytes from data_host:data_port (0: any free port).
   // data_host defaults to listen_host (127.0.0.1 when that is 0.0.0.0).
   std::string data_host;

@@ -165,7 +165,11 @@ class WeightedCache {
 
   // Inserts or replaces. weight 0 is rejected. With capacity enforced, an entry that cannot fit in
   // its shard is reported as evicted (Size) at once.
-  Status insert(const K& key, V value, uint64_t weight) {
+  Status insert(const K& key, V value, uint64_t weight) { return insert(key, std::move(value), weight, nullptr); }
+
+  // As above; the entries this insert evicted for capacity (cause Size) are also appended to
+  // *evicted_out (a core without threads acts on them at once, as with evict_some_if).
+  Status insert(const K& key, V value, uint64_t weight, std::vector<std::pair<K, V>>* evicted_out) {
     if (weight == 0) return invalid_argument("weight: must be > 0");
     const uint64_t h = hash_of(key);
     Shard& s = shard(h);
@@ -194,6 +198,9 @@ class WeightedCache {
       if (opts_.enforce_capacity && s.total_w.load(std::memory_order_relaxed) > s.cap) borrow(s, ev);
       maintain(s, ev);
     }
+    if (evicted_out)
+      for (const auto& e : ev)
+        if (e.cause == RemovalCause::kSize) evicted_out->emplace_back(e.key, e.value);
     publish(ev);
     return Status::ok();
   }

@@ -1,0 +1,266 @@
+// Owner-hot write-back and single-copy demotion: the master's rules (all or none, never the last
+// copy, idempotent) and whole clusters in the deterministic simulator, with and without faults.
+// Each test prints its seed; replay a failure with FLUXON_SEED=<seed>.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "helpers.hpp"
+
+using namespace fluxon;
+using namespace fluxon::test;
+
+namespace {
+
+void w_register(MasterCore& m, uint32_t node, const std::string& role) {
+  wire::RegisterOwnerT r;
+  r.node_id = node;
+  r.generation = 1;
+  r.role = role;
+  r.segment_len = 1 << 20;
+  REQUIRE(m.handle(make_envelope(std::move(r))).body.AsRegisterOwnerReply());
+}
+void w_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key) {
+  wire::PutDoneT pd;
+  pd.node_id = node;
+  pd.generation = 1;
+  pd.put_id = put_id;
+  pd.items.push_back(std::make_unique<wire::RouteItemT>());
+  pd.items[0]->key = key;
+  pd.items[0]->len = 4096;
+  REQUIRE(m.handle(make_envelope(std::move(pd))).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+}
+// Node `to` fetches key from whoever holds it and publishes its copy.
+void w_copy(MasterCore& m, uint32_t to, const std::string& key, uint64_t get_id) {
+  wire::BatchGetStartT g;
+  g.node_id = to;
+  g.generation = 1;
+  g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, key, get_id}));
+  REQUIRE(m.handle(make_envelope(std::move(g))).body.AsBatchGetStartReply()->items[0]->status ==
+          wire::GetStartStatus::Started);
+  wire::BatchGetDoneT d;
+  d.node_id = to;
+  d.generation = 1;
+  d.items.push_back(std::make_unique<wire::GetDoneItemT>(wire::GetDoneItemT{{}, key, get_id, 8192}));
+  REQUIRE(m.handle(make_envelope(std::move(d))).body.AsBatchGetDoneReply()->results[0] == wire::GetDoneStatus::Live);
+}
+template <class T>
+T w_items(uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys) {
+  T req;
+  req.node_id = node;
+  req.generation = 1;
+  for (const auto& [key, put_id] : keys)
+    req.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{{}, key, node, 1, put_id}));
+  return req;
+}
+std::vector<wire::WriteBackStatus> w_back(MasterCore& m, uint32_t node,
+                                          const std::vector<std::pair<std::string, uint64_t>>& keys) {
+  return m.handle(make_envelope(w_items<wire::WriteBackT>(node, keys))).body.AsWriteBackReply()->status;
+}
+wire::DemoteStatus w_demote(MasterCore& m, uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys) {
+  return m.handle(make_envelope(w_items<wire::DemoteT>(node, keys))).body.AsDemoteReply()->status;
+}
+
+}  // namespace
+
+TEST_CASE("master: a write-back queues one task per version; demotion is all or none and never drops the last copy") {
+  MasterCore m;
+  w_register(m, 1, "sglang_owner");
+  w_register(m, 3, "sglang_owner");
+  w_put(m, 1, 7, "a");
+  w_put(m, 1, 7, "b");
+  using S = wire::WriteBackStatus;
+  // No target-role owner yet: refused, nothing queued (never another GPU owner).
+  CHECK(w_back(m, 1, {{"a", 7}}) == std::vector<S>{S::NoTarget});
+  CHECK(m.replica_tasks_queued() == 0);
+  w_register(m, 2, "remote_cache");
+  CHECK(w_back(m, 1, {{"a", 7}, {"b", 7}}) == std::vector<S>{S::Queued, S::Queued});
+  CHECK(w_back(m, 1, {{"a", 7}, {"b", 7}}) == std::vector<S>{S::Queued, S::Queued});  // T1: re-sent
+  CHECK(m.replica_tasks_queued() == 2);
+  CHECK(w_back(m, 1, {{"a", 6}}) == std::vector<S>{S::Obsolete});   // not the version it holds
+  CHECK(w_back(m, 3, {{"a", 7}}) == std::vector<S>{S::Obsolete});   // node 3 holds no copy
+  // Demotion before the copy exists: refused, both keys stay (all or none).
+  w_copy(m, 2, "a", 100);
+  CHECK(w_back(m, 1, {{"a", 7}, {"b", 7}}) == std::vector<S>{S::Backed, S::Queued});
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Kept);
+  CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
+  CHECK(m.replica_nodes("b") == std::vector<uint32_t>{1});
+  // A copy on another GPU owner does not count: only target roles back a demotion.
+  w_copy(m, 3, "b", 101);
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Kept);
+  w_copy(m, 2, "b", 102);
+  // A remote get reading the source copy: Busy, nothing dropped.
+  wire::BatchGetStartT g;
+  g.node_id = 4;
+  g.generation = 1;
+  g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, "a", 200}));
+  auto started = m.handle(make_envelope(std::move(g)));
+  const bool reads_node1 = started.body.AsBatchGetStartReply()->items[0]->source_node == 1;
+  if (reads_node1) {
+    CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Busy);
+    CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
+    wire::BatchGetRevokeT rv;
+    rv.node_id = 4;
+    rv.generation = 1;
+    rv.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, "a", 200}));
+    m.handle(make_envelope(std::move(rv)));
+  }
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Demoted);
+  CHECK(m.replica_nodes("a") == std::vector<uint32_t>{2});
+  auto b_nodes = m.replica_nodes("b");
+  std::sort(b_nodes.begin(), b_nodes.end());
+  CHECK(b_nodes == std::vector<uint32_t>{2, 3});
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Demoted);  // T1: the lost reply again
+  CHECK(m.counters().demoted_keys_total == 2);
+  // The remote copy goes first: a later demotion of that key is refused, its source stays.
+  w_put(m, 1, 9, "c");
+  w_copy(m, 2, "c", 103);
+  bool removed = false;
+  {
+    wire::RemoveRoutesT rr;
+    auto it = std::make_unique<wire::RemoveRouteT>();
+    it->key = "c";
+    it->node_id = 2;
+    it->generation = 1;
+    it->put_id = 9;
+    it->origin_node = 1;
+    it->origin_generation = 1;
+    rr.items.push_back(std::move(it));
+    removed = m.handle(make_envelope(std::move(rr))).body.AsRemoveRoutesReply()->removed[0];
+  }
+  REQUIRE(removed);
+  CHECK(w_demote(m, 1, {{"c", 9}}) == wire::DemoteStatus::Kept);
+  CHECK(m.replica_nodes("c") == std::vector<uint32_t>{1});
+  CHECK(m.counters().demote_kept_total == 3);
+}
+
+namespace {
+
+std::vector<uint8_t> wpattern(const std::string& key) {
+  std::vector<uint8_t> b(4096);
+  const uint64_t h = std::hash<std::string>{}(key);
+  for (uint64_t i = 0; i < b.size(); ++i) b[i] = uint8_t((h >> ((i % 8) * 8)) + i * 7);
+  return b;
+}
+
+OwnerConfig hot_owner(bool demote) {
+  OwnerConfig c = small_owner();
+  c.hot_writeback_ratio = 0.05;  // 8 MiB segment: about 100 slots of 4 KiB stay hot
+  c.writeback_demote = demote;
+  c.writeback_timeout_ms = 20000;
+  return c;
+}
+
+// 40 puts of 2 atomic groups of 5 keys on owner 0 (node 1), bytes written; returns the groups.
+std::vector<std::vector<std::string>> fill(sim::Cluster& c, uint64_t s) {
+  std::vector<std::vector<std::string>> groups;
+  for (int p = 0; p < 40; ++p) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 10; ++i) keys.push_back("wb-" + std::to_string(p) + "-" + std::to_string(i));
+    auto r = put_start(c, 0, s, keys, 4096, {5, 5});
+    auto* ps = r.body.AsPutStartReply();
+    REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
+    for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], wpattern(keys[i]));
+    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+    groups.emplace_back(keys.begin(), keys.begin() + 5);
+    groups.emplace_back(keys.begin() + 5, keys.end());
+  }
+  return groups;
+}
+
+// Every key has a copy somewhere; each group is here whole or not at all; returns groups demoted.
+size_t check_copies(sim::Cluster& c, const std::vector<std::vector<std::string>>& groups) {
+  size_t gone = 0;
+  for (const auto& g : groups) {
+    int here = 0;
+    for (const auto& k : g) {
+      const auto nodes = c.master().replica_nodes(k);
+      CHECK_MESSAGE(!nodes.empty(), "the last copy of ", k, " went");
+      here += c.owner(0).local_state(k) == 2;
+      if (c.owner(0).local_state(k) == 0) CHECK(nodes == std::vector<uint32_t>{2});
+    }
+    CHECK_MESSAGE((here == 0 || here == 5), "a cohort was split: ", here, " of 5 left");
+    gone += here == 0;
+  }
+  return gone;
+}
+
+}  // namespace
+
+TEST_CASE("owner-hot write-back: evicted cohorts get a copy on the remote_cache owner, then leave whole (E16ap)") {
+  sim::Cluster c(seed_from_env(301), hot_owner(true), 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  const auto groups = fill(c, s);
+  REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().demoted_keys_total > 0; },
+                      60000));
+  c.run_for(200);
+  const auto& oc = c.owner(0).counters();
+  MESSAGE("hot evicted " << oc.hot_evicted_keys_total << ", cohorts written back " << oc.writeback_cohorts_total
+                         << ", demoted " << oc.demoted_cohorts_total << " (" << oc.demoted_keys_total << " keys), kept "
+                         << oc.demote_kept_total << ", abandoned " << oc.writeback_abandoned_total);
+  const size_t gone = check_copies(c, groups);
+  CHECK(gone == oc.demoted_cohorts_total);
+  CHECK(gone >= 40);                                      // 400 keys, about 100 stay hot
+  CHECK(c.owner(0).hot_bytes() <= uint64_t((8 << 20) * 0.05));
+  CHECK(oc.demoted_keys_total == c.master().counters().demoted_keys_total);
+  CHECK(c.owner(1).counters().replica_done_total >= oc.demoted_keys_total);
+  CHECK(oc.writeback_abandoned_total == 0);
+  CHECK(oc.demote_kept_total == 0);
+  // A demoted key reads back from the remote_cache owner (L3), bytes intact; the newest stay local.
+  auto g = get_start(c, 0, s, {groups.front().front(), groups.back().back()});
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r->transferable_len == 2);
+  CHECK(r->leader_keys == 1);
+  CHECK(r->local_keys == 1);
+  auto t = c.call(0, s, make_envelope(wire::GetTransferReqT{{}, r->handle_id, 2}));
+  REQUIRE(t.body.AsGetTransferReply());
+  CHECK(c.read(0, t.body.AsGetTransferReply()->offsets[0]) == wpattern(groups.front().front()));
+  CHECK(c.read(0, t.body.AsGetTransferReply()->offsets[1]) == wpattern(groups.back().back()));
+}
+
+TEST_CASE("owner-hot write-back without demotion: both copies stay (inclusive write-back)") {
+  sim::Cluster c(seed_from_env(311), hot_owner(false), 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  const auto groups = fill(c, s);
+  REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().writeback_backed_keys_total > 0; },
+                      60000));
+  CHECK(check_copies(c, groups) == 0);
+  CHECK(c.owner(0).counters().demoted_keys_total == 0);
+  size_t both = 0;
+  for (const auto& g : groups)
+    for (const auto& k : g) both += c.master().replica_nodes(k) == std::vector<uint32_t>{1, 2};
+  CHECK(both == c.owner(0).counters().writeback_backed_keys_total);
+}
+
+TEST_CASE("T1: owner-hot write-back under lost, duplicated and delayed master messages and failing fetches") {
+  for (uint64_t seed : {321, 322, 323}) {
+    sim::Cluster c(seed_from_env(seed), hot_owner(true), 2, {"sglang_owner", "remote_cache"});
+    c.run_for(10);
+    const uint64_t s = c.open_session(0);
+    c.to_master = {0.25, 0.25, 1, 20};
+    c.from_master = {0.25, 0.25, 1, 20};
+    c.data.drop = 0.2;
+    const auto groups = fill(c, s);
+    // Reads keep part of the data hot while the rest is written back.
+    for (int round = 0; round < 5; ++round) {
+      auto g = get_start(c, 0, s, groups[size_t(round) * 7]);
+      if (auto* r = g.body.AsGetStartReply()) {
+        if (r->transferable_len > 0 && r->owner_rpc) c.call(0, s, make_envelope(wire::GetTransferReqT{{}, r->handle_id, r->transferable_len}));
+        release_all(c, 0, s, *r);
+      }
+    }
+    REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0; }, 120000));
+    c.to_master = c.from_master = {};
+    c.data.drop = 0;
+    c.run_for(2000);
+    const auto& oc = c.owner(0).counters();
+    MESSAGE("seed " << c.seed() << ": demoted " << oc.demoted_cohorts_total << " cohorts, kept " << oc.demote_kept_total
+                    << ", abandoned " << oc.writeback_abandoned_total << ", requests " << oc.writeback_requests_total);
+    const size_t gone = check_copies(c, groups);
+    CHECK(gone == oc.demoted_cohorts_total);
+    CHECK(gone > 0);
+    CHECK(c.master().counters().demoted_keys_total == oc.demoted_keys_total);
+  }
+}
