@@ -40,7 +40,8 @@ def wait_port(port: int, proc=None, timeout=15.0) -> None:
 class Cluster:
     """A master and owners as real processes, started from a generated config file."""
 
-    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra: str = "", metrics: bool = False):
+    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra="", metrics: bool = False):
+        """owner_extra: config lines added to every owner, or a list of them, one per owner."""
         self.name = name
         self.master_port = free_port()
         # prometheus-cpp's exposer takes ~2 s to stop: only clusters that test metrics serve them.
@@ -53,7 +54,8 @@ class Cluster:
             lines += [f"  - node_id: {i + 1}", f"    port: {p}", f"    metrics_port: {mp}",
                       "    contribute_to_cluster_pool_size: {dram: 256MiB}",
                       "    local_reserve_grant_bytes: 16MiB"]
-            lines += [f"    {l}" for l in owner_extra.splitlines() if l.strip()]
+            extra = owner_extra[i] if isinstance(owner_extra, list) else owner_extra
+            lines += [f"    {l}" for l in extra.splitlines() if l.strip()]
         self.config = tmp / f"{name}.yaml"
         self.config.write_text("\n".join(lines) + "\n")
         self.logs = tmp

@@ -193,3 +193,39 @@ def test_t1_remote_gets_between_daemons_under_injected_faults(tmp_path):
         b.close()
     finally:
         c.stop()
+
+
+def test_owner_hot_write_back_demotes_cold_keys_to_the_remote_cache_owner(tmp_path):
+    """A GPU owner whose hot tier holds 5% of its segment: what the tier evicts is copied to the
+    remote_cache owner and then dropped here (single-copy demotion); every key still reads back,
+    the demoted ones through the remote_cache owner (L3)."""
+    c = Cluster(tmp_path, f"wb{os.getpid()}x{free_port()}", owners=2, metrics=True,
+                owner_extra=["replica_writeback_hot_capacity_ratio: 0.05", "role: remote_cache"]).start()
+    try:
+        a = fluxon.KvClient(c.client_config(0))
+        size = 1 << 20
+        vals = {}
+        for batch in range(8):
+            vals.update(_put(a, [f"wb{batch}-{i}" for i in range(8)], size, batch))
+        end = time.time() + 30
+        while True:
+            time.sleep(0.5)
+            demoted = _metric(c.owner_metrics[0], "fluxon_owner_demoted_keys_total") or 0
+            pending = _metric(c.owner_metrics[0], "fluxon_owner_writeback_jobs")
+            if demoted > 0 and pending == 0:
+                break
+            assert time.time() < end, (demoted, pending)
+        hot = _metric(c.owner_metrics[0], "fluxon_owner_hot_bytes")
+        assert hot <= 0.05 * (256 << 20)
+        assert _metric(c.metrics_port, "fluxon_master_demoted_keys_total") == demoted
+        assert _metric(c.owner_metrics[1], "fluxon_owner_replica_done_total") >= demoted
+        assert a.stats()["routes"] == 64 - demoted
+        keys = sorted(vals)
+        r, got = _read(a, keys, size)
+        assert r.transferable_len == 64
+        assert r.remote_keys == demoted and r.local_keys == 64 - demoted
+        assert got == [vals[k] for k in keys]
+        _assert_quiet(a)
+        a.close()
+    finally:
+        c.stop()
