@@ -378,6 +378,9 @@ def main(argv=None):
     ap.add_argument("--remote-cache-dram", default=None, help="each remote_cache owner's segment (default: 2x owner)")
     ap.add_argument("--replica-policy", choices=["none", "eager", "kv_score_only", "kv_score_low_only"], default=None,
                     help="replica admission of backups (default: eager with --remote-cache, else none)")
+    ap.add_argument("--hot-writeback", type=float, default=0.0,
+                    help="each instance owner's hot-tier share (replica_writeback_hot_capacity_ratio): cohorts it "
+                         "evicts are written back to the remote_cache owner and demoted (0: off)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
@@ -409,7 +412,7 @@ def main(argv=None):
         if a.instances > 1 or a.remote_cache:
             raise SystemExit("workload: --config serves one instance; --instances/--remote-cache need the private cluster")
         client_confs = [a.config]
-    elif a.tp == 1 and a.instances == 1 and a.remote_cache == 0:
+    elif a.tp == 1 and a.instances == 1 and a.remote_cache == 0 and not a.hot_writeback:
         client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
                                      "local_reserve_grant_bytes": "4MiB"}]}]
     else:
@@ -419,8 +422,9 @@ def main(argv=None):
         cfg = tmp / "cluster.yaml"
         text = f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\nowners:\n"
         for i, op in enumerate(oports):
+            hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
             text += (f"  - {{node_id: {i + 1}, port: {op}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
-                     f" local_reserve_grant_bytes: 4MiB}}\n")
+                     f" local_reserve_grant_bytes: 4MiB{hot}}}\n")
         rc_dram = a.remote_cache_dram or _double(a.owner_dram)
         for j in range(a.remote_cache):
             text += (f"  - {{node_id: {a.instances + j + 1}, role: remote_cache, port: {free_port()},"
@@ -510,7 +514,9 @@ def main(argv=None):
           f"{ms.get('replica_tasks_assigned_total', 0)}, queued {ms.get('replica_tasks_queued', 0)}, "
           f"without a target {ms.get('replica_tasks_no_target_total', 0)}; evicted/removed copies "
           f"{ms.get('removed_with_copies_left_total', 0)} with another copy left, "
-          f"{ms.get('removed_last_copy_total', 0)} last copies")
+          f"{ms.get('removed_last_copy_total', 0)} last copies; write-back tasks "
+          f"{ms.get('writeback_tasks_total', 0)}, backed {ms.get('writeback_backed_total', 0)}, demoted keys "
+          f"{ms.get('demoted_keys_total', 0)}, demotions refused {ms.get('demote_kept_total', 0)}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
     return 0 if bad == 0 else 1
