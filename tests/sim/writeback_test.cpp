@@ -207,6 +207,11 @@ TEST_CASE("owner-hot write-back: evicted cohorts get a copy on the remote_cache 
   CHECK(c.owner(1).counters().replica_done_total >= oc.demoted_keys_total);
   CHECK(oc.writeback_abandoned_total == 0);
   CHECK(oc.demote_kept_total == 0);
+  // V3/A1: what is live here is in the hot tier, or its cohort left whole (checked above); no cold
+  // key stays behind unwritten.
+  for (const auto& g : groups)
+    for (const auto& k : g)
+      if (c.owner(0).local_state(k) == 2) CHECK_MESSAGE(c.owner(0).in_hot_tier(k), k, " is live but neither hot nor written back");
   // A demoted key reads back from the remote_cache owner (L3), bytes intact; the newest stay local.
   auto g = get_start(c, 0, s, {groups.front().front(), groups.back().back()});
   auto* r = g.body.AsGetStartReply();

@@ -575,6 +575,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     std::vector<std::string> rm_keys;
     std::vector<Version> rm_ids;
     std::vector<SlotRef> rm_slots;
+    HotBatch hot;
     for (size_t i = 0; i < job.keys.size(); ++i) {
       const bool superseded = job.superseded[i];
       const auto res = pr->results[i];
@@ -589,7 +590,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
         } else {
           Entry& e = index_[job.keys[i]];
           e.live = true;
-          index_live(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot), now, out);
+          index_live(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot), hot);
         }
       } else {
         // Never published: the local copy is dropped (cache semantics), the caller learns why.
@@ -612,6 +613,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
       }
     }
     if (!rm_keys.empty()) queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), now, out);
+    admit_hot(hot, now, out);
     counters_.put_live_total++;
     if (sessions_.count(job.session)) {
       wire::PutLiveT live;

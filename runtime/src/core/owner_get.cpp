@@ -433,6 +433,7 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
     launch_transfers(now, out);
   } else if (job.kind == GetJob::Kind::kDone) {
     auto* r = reply_env.body.AsBatchGetDoneReply();
+    HotBatch hot;
     for (size_t i = 0; i < n; ++i) {
       Flight& f = flights_.at(job.get_ids[i]);
       if (r->results[i] != wire::GetDoneStatus::Live) {
@@ -453,13 +454,14 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
       } else {
         index_[f.key] = Entry{f.batch, slot, f.len, true, f.group, f.ver};
         cohorts_[{f.batch, f.group}].push_back(f.key);
-        index_live(f.key, ResidentRef{f.batch, f.group}, pool_.slot_size(slot), now, out);
+        index_live(f.key, ResidentRef{f.batch, f.group}, pool_.slot_size(slot), hot);
       }
       f.phase = Phase::kReady;
       counters_.get_flights_ready_total++;
       clear_marker(f.key, job.get_ids[i]);
       erase_flight_if_done(job.get_ids[i]);
     }
+    admit_hot(hot, now, out);
     serve_transfers(now, out);
   }
   // kRevoke: the master dropped the get (or had already): the slot was freed when it was revoked.

@@ -11,11 +11,17 @@
 
 namespace fluxon {
 
-void OwnerCore::index_live(const std::string& key, ResidentRef ref, uint64_t weight, Millis now, Outbox& out) {
+void OwnerCore::index_live(const std::string& key, ResidentRef ref, uint64_t weight, HotBatch& hot) {
   (void)resident_.insert(key, ref, weight);
-  if (!hot_) return;
+  if (hot_) hot.push_back({key, ref, weight});
+}
+
+void OwnerCore::admit_hot(const HotBatch& batch, Millis now, Outbox& out) {
+  // A1: the keys of one reply (whole cohorts) went live together and enter the hot tier together,
+  // so no member is evicted (and written back) while another is not live yet.
+  if (!hot_ || batch.empty()) return;
   std::vector<std::pair<std::string, ResidentRef>> evicted;
-  (void)hot_->insert(key, ref, weight, &evicted);
+  for (const auto& h : batch) (void)hot_->insert(h.key, h.ref, h.weight, &evicted);
   if (!evicted.empty()) write_back(evicted, now, out);
 }
 

@@ -120,6 +120,7 @@ class OwnerCore {
   // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.
   size_t writebacks_pending() const { return writebacks_.size(); }
   uint64_t hot_bytes() const { return hot_ ? hot_->weighted_size() : 0; }
+  bool in_hot_tier(const std::string& key) const { return hot_ && hot_->contains(key); }
 
  private:
   struct Entry {                // local visible index
@@ -341,8 +342,16 @@ class OwnerCore {
   std::map<uint64_t, WriteBackJob> writebacks_;
   std::map<CohortId, uint64_t> writeback_of_;  // cohort -> the job that carries it
   uint64_t next_writeback_ = 1;
-  // A live entry enters the resident index and the hot tier; what the hot tier evicts is written back.
-  void index_live(const std::string& key, ResidentRef ref, uint64_t weight, Millis now, Outbox& out);
+  // A live entry enters the resident index at once and is queued for the hot tier; admit_hot then
+  // admits what went live in one reply together and writes back what the hot tier evicts.
+  struct HotItem {
+    std::string key;
+    ResidentRef ref;
+    uint64_t weight;
+  };
+  using HotBatch = std::vector<HotItem>;
+  void index_live(const std::string& key, ResidentRef ref, uint64_t weight, HotBatch& hot);
+  void admit_hot(const HotBatch& batch, Millis now, Outbox& out);
   void write_back(const std::vector<std::pair<std::string, ResidentRef>>& evicted, Millis now, Outbox& out);
   void send_writeback(uint64_t id, WriteBackJob& job, Millis now, Outbox& out);
   void on_writeback_reply(uint64_t id, Envelope& reply, Millis now, Outbox& out);
