@@ -1,0 +1,182 @@
+// The whole cluster under a random workload and random faults, in the deterministic simulator:
+// two GPU owners with small segments (capacity eviction at work) and owner-hot write-back, one
+// remote_cache owner; puts in atomic groups, local and remote reads, clients dying with reads open,
+// keys evicted by hand, master restarts, and lost, duplicated and delayed owner<->master messages and
+// failing fetches throughout. Checked on every read: the bytes are a value some put of that key
+// wrote (no slot reused under a reader: S2; no torn or foreign copy). Checked at the end, faults off:
+// nothing left in flight, and the master's routes and the owners' live entries name each other.
+// Each run prints its seed; FLUXON_SEED=<seed> replays one.
+#include <map>
+#include <random>
+#include <set>
+
+#include "helpers.hpp"
+
+using namespace fluxon;
+using namespace fluxon::test;
+
+namespace {
+
+std::vector<uint8_t> value_of(const std::string& key, uint64_t version) {
+  std::vector<uint8_t> b(4096);
+  uint64_t h = std::hash<std::string>{}(key) ^ (version * 0x9e3779b97f4a7c15ull);
+  for (size_t i = 0; i < b.size(); i += 8) {
+    h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+    for (size_t j = 0; j < 8; ++j) b[i + j] = uint8_t(h >> (8 * j));
+  }
+  return b;
+}
+
+struct Chaos {
+  sim::Cluster& c;
+  std::mt19937_64 rng;
+  std::vector<std::string> keys;
+  std::map<std::string, std::set<std::vector<uint8_t>>> written;  // every value committed per key
+  std::vector<uint64_t> sessions;                                   // per GPU owner
+  uint64_t version = 1, reads = 0, read_keys = 0, put_ok = 0, put_failed = 0, bad = 0;
+  std::map<std::string, uint64_t> refusals;
+
+  Chaos(sim::Cluster& cluster, uint64_t seed) : c(cluster), rng(seed) {
+    for (int i = 0; i < 3000; ++i) keys.push_back("chaos-" + std::to_string(i));
+    sessions = {c.open_session(0), c.open_session(1)};
+  }
+
+  void put(int o) {
+    const size_t n = 1 + rng() % 8;
+    std::vector<std::string> batch;
+    std::set<std::string> seen;
+    // Like SGLang, back up only pages the owner does not hold (else the whole put is a conflict).
+    for (int tries = 0; batch.size() < n && tries < 64; ++tries) {
+      const auto& k = keys[rng() % keys.size()];
+      if (c.owner(o).local_state(k) == 0 && seen.insert(k).second) batch.push_back(k);
+    }
+    if (batch.empty()) return;
+    const size_t m = batch.size();
+    std::vector<uint32_t> groups;
+    for (size_t left = m; left > 0;) {
+      const uint32_t g = uint32_t(1 + rng() % left);
+      groups.push_back(g);
+      left -= g;
+    }
+    auto r = put_start(c, o, sessions[o], batch, 4096, groups);
+    auto* ps = r.body.AsPutStartReply();
+    if (!ps) {
+      put_failed++;  // no slot in time, or a key being written: a cache may refuse
+      refusals[envelope_status(r).to_string().substr(0, 60)]++;
+      return;
+    }
+    const uint64_t v = version++;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      c.write(o, ps->offsets[i], value_of(batch[i], v));
+      written[batch[i]].insert(value_of(batch[i], v));
+    }
+    if (c.call(o, sessions[o], make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply()) put_ok++;
+    else put_failed++;
+  }
+
+  void check(const std::string& key, const std::vector<uint8_t>& got) {
+    auto w = written.find(key);
+    if (w == written.end() || !w->second.count(got)) {
+      bad++;
+      FAIL_CHECK("read of ", key, " returned bytes no put of it wrote");
+    }
+  }
+
+  void get(int o, bool die) {
+    const size_t start = rng() % keys.size(), n = 1 + rng() % 12;
+    std::vector<std::string> ks;
+    for (size_t i = 0; i < n; ++i) ks.push_back(keys[(start + i) % keys.size()]);
+    auto g = get_start(c, o, sessions[o], ks);
+    auto* r = g.body.AsGetStartReply();
+    if (!r) return;
+    reads++;
+    if (die) {  // the client dies with the read open: the owner releases what it held
+      c.close_session(o, sessions[o]);
+      sessions[o] = c.open_session(o);
+      return;
+    }
+    if (r->transferable_len > 0 && r->owner_rpc) {
+      auto t = c.call(o, sessions[o], make_envelope(wire::GetTransferReqT{{}, r->handle_id, r->transferable_len}));
+      if (auto* tr = t.body.AsGetTransferReply())
+        for (size_t i = 0; i < tr->offsets.size(); ++i, read_keys++) check(ks[i], c.read(o, tr->offsets[i]));
+    } else {
+      for (size_t i = 0; i < r->transferable_len; ++i, read_keys++) check(ks[i], c.read(o, r->offsets[i]));
+    }
+    release_all(c, o, sessions[o], *r);
+  }
+
+  void step() {
+    const uint64_t x = rng() % 1000;
+    const int o = int(rng() % 2);
+    if (x < 450) put(o);
+    else if (x < 900) get(o, false);
+    else if (x < 960) get(o, true);
+    else if (x < 995) c.remove_key(o, keys[rng() % keys.size()]);
+    else c.restart_master();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and master restarts under faults") {
+  for (uint64_t seed : {seed_from_env(401), uint64_t(402), uint64_t(403)}) {
+    OwnerConfig cfg = small_owner();
+    cfg.dram_bytes = 2ull << 20;  // 512 slots of 4 KiB: 3000 keys do not fit, eviction runs
+    cfg.hot_writeback_ratio = 0.9;  // write-back starts late: capacity eviction runs too
+    cfg.writeback_timeout_ms = 20000;
+    sim::Cluster c(seed, cfg, 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+    c.run_for(10);
+    Chaos w(c, seed);
+    c.to_master = {0.1, 0.1, 1, 20};
+    c.from_master = {0.1, 0.1, 1, 20};
+    c.data = {0.1, 0, 1, 5};
+    for (int i = 0; i < 2500; ++i) w.step();
+    // Faults off; let every retry and timer run out.
+    c.to_master = c.from_master = {};
+    c.data = {};
+    for (int o : {0, 1}) c.close_session(o, w.sessions[o]);
+    REQUIRE(c.run_until([&] {
+      for (int o : {0, 1, 2}) {
+        auto st = c.owner(o).stats();
+        if (st.flights_starting + st.flights_started + st.flights_finishing + st.get_jobs + st.pending_gets +
+                st.slots_prepared + st.slots_pending + st.publish_jobs + st.holders + st.active_put_plans !=
+                0 ||
+            c.owner(o).writebacks_pending() != 0)
+          return false;
+      }
+      return c.master().inflight_get_count() == 0;
+    }, 300000));
+    c.run_for(2000);
+    // The master's routes and the owners' live entries name each other, key by key.
+    uint64_t routes = 0, mismatched = 0;
+    for (const auto& k : w.keys) {
+      const auto nodes = c.master().replica_nodes(k);
+      routes += !nodes.empty();
+      for (int o : {0, 1, 2}) {
+        const bool route = std::find(nodes.begin(), nodes.end(), uint32_t(o + 1)) != nodes.end();
+        const bool live = c.owner(o).local_state(k) == 2;
+        if (route != live) {
+          mismatched++;
+          FAIL_CHECK("key ", k, " on node ", o + 1, ": master route ", route, ", live entry ", live);
+        }
+      }
+    }
+    for (int o : {0, 1, 2}) {
+      auto st = c.owner(o).stats();
+      CHECK(st.slots_committed == st.routes);  // every committed slot is a live route's, and back
+      CHECK(st.slots_pending_local_visible == 0);
+    }
+    const auto& a = c.owner(0).counters();
+    MESSAGE("seed " << seed << ": " << w.put_ok << " puts (" << w.put_failed << " refused), " << w.reads << " reads of "
+                    << w.read_keys << " keys checked, " << routes << " keys routed at the end; node 1 evicted "
+                    << a.evicted_keys_total << " keys, demoted " << a.demoted_keys_total << ", remote gets "
+                    << a.get_leader_keys_total << "; messages dropped " << c.messages_dropped() << ", duplicated "
+                    << c.messages_duplicated() << "; fetches failed " << c.transfers_failed());
+    for (const auto& [why, n] : w.refusals) MESSAGE(n << " x " << why);
+    CHECK(w.bad == 0);
+    CHECK(mismatched == 0);
+    CHECK(w.read_keys > 500);
+    CHECK(a.evicted_keys_total + c.owner(1).counters().evicted_keys_total > 0);
+    CHECK(a.demoted_keys_total + c.owner(1).counters().demoted_keys_total > 0);
+  }
+}
