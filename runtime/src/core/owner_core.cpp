@@ -445,6 +445,8 @@ void OwnerCore::evict_one_cohort(CohortId cohort, Millis now, Outbox& out) {
   auto c = cohorts_.find(cohort);
   if (c == cohorts_.end()) return;  // already evicted with another member
   const std::vector<std::string> members = c->second;  // A1: the exact cohort, never part of it
+  // A write-back of this cohort has nothing left to copy or demote: capacity eviction came first (S3).
+  if (auto w = writeback_of_.find(cohort); w != writeback_of_.end()) end_writeback(w->second);
   for (const auto& key : members) {
     auto it = index_.find(key);
     if (it == index_.end() || it->second.put_id != cohort.first) continue;
