@@ -181,6 +181,9 @@ void export_metrics(OwnerState& st) {
   m.counter("fluxon_owner_resync_routes_total", "Live routes re-published after the master came back",
             c.resync_routes_total);
   m.counter("fluxon_owner_evicted_keys_total", "Keys evicted for capacity (whole cohorts)", c.evicted_keys_total);
+  m.counter("fluxon_owner_pressure_evictions_total",
+            "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free",
+            c.pressure_evictions_total);
   m.counter("fluxon_owner_evicted_bytes_total", "Slot bytes evicted for capacity", c.evicted_bytes_total);
   m.counter("fluxon_owner_eviction_rounds_total", "Eviction rounds that selected victims", c.eviction_rounds_total);
   m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);

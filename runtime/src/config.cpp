@@ -16,7 +16,7 @@ const std::set<std::string> kOwnerOnlyKeys = {
     "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
     "get_handle_ttl_ms", "node_id", "role", "data_host", "data_port", "data_transport", "data_threads",
     "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio", "writeback_demote",
-    "writeback_timeout_ms"};
+    "writeback_timeout_ms", "eviction_free_watermark"};
 
 Status check_keys(const YAML::Node& n, const std::string& where, const std::set<std::string>& allowed) {
   if (!n.IsMap()) return invalid_argument(where + ": expected a mapping");
@@ -91,7 +91,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "master_rpc_timeout_ms", "fault_injection", "eviction", "eviction_max_bytes_per_round",
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
-                      "writeback_demote", "writeback_timeout_ms"}));
+                      "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark"}));
   FLX_TRY(get_str(n, "data_host", where, o.data_host));
   if (n["data_port"] && n["data_port"].as<std::string>() == "0") o.data_port = 0;
   else FLX_TRY(get_uint(n, "data_port", where, o.data_port));
@@ -102,14 +102,16 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "data_timeout_ms", where, o.data_timeout_ms));
   FLX_TRY(get_uint(n, "get_start_wait_ms", where, o.get_start_wait_ms));
   FLX_TRY(get_uint(n, "writeback_timeout_ms", where, o.writeback_timeout_ms));
-  if (auto r = n["replica_writeback_hot_capacity_ratio"]) {
+  for (auto [name, field] : {std::pair<const char*, double*>{"replica_writeback_hot_capacity_ratio", &o.hot_writeback_ratio},
+                              std::pair<const char*, double*>{"eviction_free_watermark", &o.eviction_free_watermark}}) {
+    if (!n[name]) continue;
     double v = -1;
     try {
-      v = r.as<double>();
+      v = n[name].as<double>();
     } catch (const YAML::Exception&) {
     }
-    if (!(v >= 0 && v < 1)) return invalid_argument(where + ".replica_writeback_hot_capacity_ratio: must be in [0, 1)");
-    o.hot_writeback_ratio = v;
+    if (!(v >= 0 && v < 1)) return invalid_argument(where + "." + name + ": must be in [0, 1)");
+    *field = v;
   }
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));

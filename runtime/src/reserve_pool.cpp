@@ -188,6 +188,13 @@ void ReservePool::pending_abort(SlotRef r) {
   make_free(r);
 }
 
+std::map<uint64_t, std::pair<uint64_t, uint64_t>> ReservePool::class_slots() const {
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [size, cls] : classes_)
+    if (cls.grants > 0) out[size] = {cls.free.size(), cls.grants * (grant_bytes_ / size)};
+  return out;
+}
+
 void ReservePool::route_dropped(SlotRef r) {
   Slot& s = grants_[r.grant].slots[r.index];
   if (s.state == SlotState::kPendingLocalVisible) {

@@ -242,6 +242,7 @@ OwnerConfig one_grant_owner() {
   auto cfg = small_owner();
   cfg.dram_bytes = 1 << 20;  // one grant: 256 slots of 4 KiB
   cfg.hard_timeout_ms = 2000;
+  cfg.eviction_free_watermark = 0;  // these tests are about claims: eviction only when one waits
   return cfg;
 }
 }  // namespace
@@ -260,6 +261,8 @@ TEST_CASE("S1/S3: a full pool evicts cold complete cohorts, route first, and the
     }
   auto r = put_start(c, 0, s, keys_of("new-", 16), 4096, {16});
   REQUIRE_MESSAGE(r.body.AsPutStartReply(), envelope_status(r).to_string());
+  // Route removals the free-slot watermark started ahead of claims may still be on their way.
+  REQUIRE(c.run_until([&] { return c.owner(0).stats().publish_jobs == 0; }, 5000));
   const auto& ctr = c.owner(0).counters();
   CHECK(ctr.evicted_keys_total >= 16);
   CHECK(ctr.evicted_keys_total % 8 == 0);  // whole cohorts of 8
@@ -282,6 +285,38 @@ TEST_CASE("S1/S3: a full pool evicts cold complete cohorts, route first, and the
     }
   CHECK(groups_gone * 8 == int(ctr.evicted_keys_total));
   CHECK(c.owner(0).pool().counts().grants == 1);  // capacity unchanged (S5)
+}
+
+TEST_CASE("pressure: the free-slot watermark evicts cold cohorts ahead of claims, so puts do not wait") {
+  auto cfg = one_grant_owner();
+  cfg.eviction_free_watermark = 0.1;  // keep 25 of 256 slots free
+  sim::Cluster c(seed_from_env(203), cfg);
+  c.run_for(5);
+  const uint64_t s = c.open_session(0);
+  for (int b = 0; b < 60; ++b) {
+    put_commit(c, 0, s, keys_of("pw" + std::to_string(b) + "-", 8), {8});
+    c.run_for(50);  // ticks: the watermark keeps up between puts
+  }
+  const auto& ctr = c.owner(0).counters();
+  MESSAGE("evicted " << ctr.evicted_keys_total << " keys in " << ctr.pressure_evictions_total << " pressure rounds; "
+                     << ctr.reserve_waits_total << " claims waited");
+  CHECK(ctr.pressure_evictions_total > 0);
+  CHECK(ctr.evicted_keys_total >= 60 * 8 - 256);
+  CHECK(ctr.evicted_keys_total % 8 == 0);  // whole cohorts
+  CHECK(ctr.reserve_waits_total == 0);      // no put waited for a removal
+  CHECK(c.owner(0).stats().slots_free >= 25 - 8);
+  CHECK(c.owner(0).pool().counts().grants == 1);  // S5
+  // With the watermark off, the same puts wait for evictions once the pool is full.
+  cfg.eviction_free_watermark = 0;
+  sim::Cluster d(seed_from_env(203), cfg);
+  d.run_for(5);
+  const uint64_t sd = d.open_session(0);
+  for (int b = 0; b < 60; ++b) {
+    put_commit(d, 0, sd, keys_of("pw" + std::to_string(b) + "-", 8), {8});
+    d.run_for(50);
+  }
+  CHECK(d.owner(0).counters().reserve_waits_total > 0);
+  CHECK(d.owner(0).counters().pressure_evictions_total == 0);
 }
 
 TEST_CASE("S2 and eviction: entries a reader holds are never chosen; the claim times out instead") {

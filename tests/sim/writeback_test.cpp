@@ -110,6 +110,27 @@ TEST_CASE("master: a write-back queues one task per version; demotion is all or 
   CHECK(b_nodes == std::vector<uint32_t>{2, 3});
   CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Demoted);  // T1: the lost reply again
   CHECK(m.counters().demoted_keys_total == 2);
+  // T1: a Demote applied, its reply lost, the remote copy evicted since: the same Demote again is
+  // still Demoted (the source copy is gone at the master; keeping it at the owner would leave a
+  // live entry no route names).
+  w_put(m, 1, 8, "d");
+  w_copy(m, 2, "d", 104);
+  CHECK(w_demote(m, 1, {{"d", 8}}) == wire::DemoteStatus::Demoted);
+  {
+    wire::RemoveRoutesT rr;
+    auto it = std::make_unique<wire::RemoveRouteT>();
+    it->key = "d";
+    it->node_id = 2;
+    it->generation = 1;
+    it->put_id = 8;
+    it->origin_node = 1;
+    it->origin_generation = 1;
+    rr.items.push_back(std::move(it));
+    REQUIRE(m.handle(make_envelope(std::move(rr))).body.AsRemoveRoutesReply()->removed[0]);
+  }
+  CHECK(m.route_count() == 2);  // "d" is gone everywhere
+  CHECK(w_demote(m, 1, {{"d", 8}}) == wire::DemoteStatus::Demoted);
+  CHECK(w_demote(m, 3, {{"d", 8}}) == wire::DemoteStatus::Kept);  // another node never demoted it
   // The remote copy goes first: a later demotion of that key is refused, its source stays.
   w_put(m, 1, 9, "c");
   w_copy(m, 2, "c", 103);
@@ -129,7 +150,7 @@ TEST_CASE("master: a write-back queues one task per version; demotion is all or 
   REQUIRE(removed);
   CHECK(w_demote(m, 1, {{"c", 9}}) == wire::DemoteStatus::Kept);
   CHECK(m.replica_nodes("c") == std::vector<uint32_t>{1});
-  CHECK(m.counters().demote_kept_total == 3);
+  CHECK(m.counters().demote_kept_total == 4);
 }
 
 namespace {

@@ -95,6 +95,11 @@ void MasterCore::tick(Millis now) {
     if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
     tombstone_order_.pop_front();
   }
+  while (!demoted_order_.empty() && demoted_order_.front().first <= now) {
+    auto d = demoted_.find(demoted_order_.front().second);
+    if (d != demoted_.end() && d->second.expires <= now) demoted_.erase(d);
+    demoted_order_.pop_front();
+  }
   while (!writeback_order_.empty() && writeback_order_.front().first <= now) {
     auto t = writeback_tasks_.find(writeback_order_.front().second);
     if (t != writeback_tasks_.end() && t->second.second <= now) writeback_tasks_.erase(t);
@@ -138,7 +143,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
           continue;
         }
         // Another replica of the same version (a resync after a master restart).
-        r.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset});
+        r.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset, pd.put_id});
         replicas_++;
         counters_.replicas_published_total++;
         rep.results.push_back(wire::PutItemResult::Live);
@@ -153,6 +158,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
         r.ver = v;
         r.len = item->len;
         r.replicas[0].offset = item->offset;
+        r.replicas[0].instance = pd.put_id;
         rep.results.push_back(wire::PutItemResult::Live);
         counters_.routes_published_total++;
         continue;
@@ -170,7 +176,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       continue;
     }
     if (tomb != tombstones_.end()) tombstones_.erase(tomb);
-    routes_.emplace(item->key, Route{v, item->len, {Replica{pd.node_id, pd.generation, item->offset}}});
+    routes_.emplace(item->key, Route{v, item->len, {Replica{pd.node_id, pd.generation, item->offset, pd.put_id}}});
     replicas_++;
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;
@@ -297,7 +303,7 @@ Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
         rep.results.push_back(same ? wire::GetDoneStatus::Live : wire::GetDoneStatus::Stale);
         continue;
       }
-      route->second.replicas.push_back(Replica{req.node_id, req.generation, item->offset});
+      route->second.replicas.push_back(Replica{req.node_id, req.generation, item->offset, item->instance});
       replicas_++;
       counters_.replicas_published_total++;
       rep.results.push_back(wire::GetDoneStatus::Live);
@@ -337,7 +343,8 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
     // Only the exact replica of the exact version goes: never a newer one (identity beats flags).
     bool match = false;
     if (it != routes_.end() && it->second.ver == v)
-      if (Replica* r = find_replica(it->second, item->node_id)) match = r->generation == item->generation;
+      if (Replica* r = find_replica(it->second, item->node_id))
+        match = r->generation == item->generation && (item->instance == 0 || r->instance == item->instance);
     if (fenced(item->key, item->node_id)) {
       counters_.remove_busy_total++;
       rep.removed.push_back(false);
@@ -404,28 +411,43 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
 
 Envelope MasterCore::demote(const wire::DemoteT& req) {
   counters_.demote_requests_total++;
-  // All or none: every item's version must have a copy on a target-role owner; a source copy that
-  // a remote get reads now (activity fence) makes the whole request Busy. A source copy already
-  // gone counts as demoted (a re-sent request whose reply was lost: T1).
+  // All or none: every source copy still routed must have a copy of its version on a target-role
+  // owner (never the last copy), and one a remote get reads now (activity fence) makes the whole
+  // request Busy. A source copy this master demoted already counts as demoted: the same request
+  // again after a lost reply (T1), even if the remote copy has gone since.
   wire::DemoteReplyT rep;
   rep.status = wire::DemoteStatus::Demoted;
   const OwnerInfo& o = owners_[req.node_id];
   for (const auto& item : req.items) {
     const Version v{item->origin_node, item->origin_generation, item->origin_put_id};
     auto r = routes_.find(item->key);
-    if (req.generation != o.generation || r == routes_.end() || !(r->second.ver == v) ||
-        !backed_elsewhere(r->second, req.node_id)) {
+    Replica* mine = r == routes_.end() || !(r->second.ver == v) ? nullptr : find_replica(r->second, req.node_id);
+    if (mine && mine->generation != req.generation) mine = nullptr;
+    if (!mine) {
+      auto d = demoted_.find({item->key, req.node_id});
+      const bool done = d != demoted_.end() && d->second.ver == v && d->second.generation == req.generation;
+      if (!done || req.generation != o.generation) {
+        rep.status = wire::DemoteStatus::Kept;
+        break;
+      }
+      continue;
+    }
+    if (req.generation != o.generation || !backed_elsewhere(r->second, req.node_id)) {
       rep.status = wire::DemoteStatus::Kept;
       break;
     }
-    if (find_replica(r->second, req.node_id) && fenced(item->key, req.node_id)) rep.status = wire::DemoteStatus::Busy;
+    if (fenced(item->key, req.node_id)) rep.status = wire::DemoteStatus::Busy;
   }
   if (rep.status == wire::DemoteStatus::Kept) counters_.demote_kept_total++;
   if (rep.status == wire::DemoteStatus::Busy) counters_.demote_busy_total++;
   if (rep.status != wire::DemoteStatus::Demoted) return make_envelope(std::move(rep));
   for (const auto& item : req.items) {
-    Replica* mine = find_replica(routes_.at(item->key), req.node_id);
-    if (!mine || mine->generation != req.generation) continue;
+    auto r = routes_.find(item->key);
+    Replica* mine = r == routes_.end() ? nullptr : find_replica(r->second, req.node_id);
+    if (!mine || mine->generation != req.generation) continue;  // demoted by an earlier attempt
+    const Millis expires = now_ + kTombstoneMs;
+    demoted_[{item->key, req.node_id}] = Demoted{r->second.ver, req.generation, expires};
+    demoted_order_.emplace_back(expires, std::make_pair(item->key, req.node_id));
     drop_replica(item->key, req.node_id, true);  // the route stays: the target's copy serves it
     counters_.demoted_keys_total++;
     counters_.removed_with_copies_left_total++;

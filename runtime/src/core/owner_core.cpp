@@ -307,7 +307,7 @@ void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox&
   }
   if (old.live) {
     // Route first: the slot stays route_live until the master confirms the removal.
-    queue_remove({key}, {old.ver}, {old.slot}, now, out);
+    queue_remove({key}, {old.ver}, {old.slot}, {old.put_id}, now, out);
   } else {
     // Its publish job still runs: mark the item superseded; the job settles it on reply.
     auto j = publish_.find(old.put_id);
@@ -318,10 +318,11 @@ void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox&
   }
 }
 
-void OwnerCore::queue_remove(std::vector<std::string> keys, std::vector<Version> versions,
-                             std::vector<SlotRef> slots, Millis now, Outbox& out) {
+void OwnerCore::queue_remove(std::vector<std::string> keys, std::vector<Version> versions, std::vector<SlotRef> slots,
+                             std::vector<uint64_t> instances, Millis now, Outbox& out) {
   const uint64_t id = next_remove_job_++;
-  auto [it, _] = removes_.emplace(id, RemoveJob{std::move(keys), std::move(versions), std::move(slots), {}, 0});
+  auto [it, _] = removes_.emplace(
+      id, RemoveJob{std::move(keys), std::move(versions), std::move(slots), std::move(instances), {}, 0});
   send_remove(id, it->second, now, out);
 }
 
@@ -335,6 +336,7 @@ void OwnerCore::send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox&
     item->put_id = job.versions[i].put_id;
     item->origin_node = job.versions[i].origin_node;
     item->origin_generation = job.versions[i].origin_generation;
+    item->instance = job.instances[i];
     rr.items.push_back(std::move(item));
   }
   job.tokens.push_back(next_master_token_++);
@@ -370,6 +372,18 @@ void OwnerCore::settle_evicting(SlotRef slot) {
   if (it == evicting_slots_.end()) return;
   evicting_bytes_ -= it->second;
   evicting_slots_.erase(it);
+}
+
+void OwnerCore::keep_free(Millis now, Outbox& out) {
+  if (cfg_.eviction_free_watermark <= 0 || pool_.can_carve()) return;
+  for (const auto& [size, slots] : pool_.class_slots()) {
+    const auto [free, total] = slots;
+    const uint64_t target = uint64_t(double(total) * cfg_.eviction_free_watermark);
+    if (free >= target) continue;
+    const uint64_t rounds = counters_.eviction_rounds_total;
+    evict_for(size, (target - free) * size, now, out);
+    if (counters_.eviction_rounds_total > rounds) counters_.pressure_evictions_total++;
+  }
 }
 
 void OwnerCore::evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out) {
@@ -614,7 +628,10 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
         }
       }
     }
-    if (!rm_keys.empty()) queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), now, out);
+    if (!rm_keys.empty()) {
+      std::vector<uint64_t> instances(rm_keys.size(), id);
+      queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), std::move(instances), now, out);
+    }
     admit_hot(hot, now, out);
     counters_.put_live_total++;
     if (sessions_.count(job.session)) {
@@ -638,6 +655,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
         busy.keys.push_back(job.keys[i]);
         busy.versions.push_back(job.versions[i]);
         busy.slots.push_back(job.slots[i]);
+        busy.instances.push_back(job.instances[i]);
         continue;
       }
       // Removed or already absent: either way no master route references the slot now.
@@ -711,7 +729,10 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
     pool_.route_dropped(job.slots[i]);
     live_routes_--;
   }
-  if (!rm_keys.empty()) queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), now, out);
+  if (!rm_keys.empty()) {
+    std::vector<uint64_t> instances(rm_keys.size(), put_id);
+    queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), std::move(instances), now, out);
+  }
 }
 
 void OwnerCore::on_master_failure(uint64_t token) {
@@ -759,6 +780,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
   // soft wait is noted, the hard timeout fails the claim naming its stage.
   serve_waiters(out);
+  keep_free(now, out);
   if (!waiters_.empty()) {
     const auto* head = waiters_.front().req->body.AsPutStartReq();
     const uint64_t ss = slot_size_for(head->value_len);

@@ -360,7 +360,8 @@ void OwnerCore::send_get_job(uint64_t job_id, GetJob& job, Millis now, Outbox& o
       m.node_id = cfg_.node_id;
       m.generation = generation_;
       items(m.items, [&](size_t i) {
-        return std::make_unique<wire::GetDoneItemT>(wire::GetDoneItemT{{}, job.keys[i], job.get_ids[i], job.offsets[i]});
+        return std::make_unique<wire::GetDoneItemT>(
+            wire::GetDoneItemT{{}, job.keys[i], job.get_ids[i], job.offsets[i], flights_.at(job.get_ids[i]).batch});
       });
       env = make_envelope(std::move(m));
       break;
@@ -450,7 +451,7 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
       }
       if (index_.count(f.key)) {
         // A local put of the key won meanwhile: this copy's route goes, route first (S2).
-        queue_remove({f.key}, {f.ver}, {slot}, now, out);
+        queue_remove({f.key}, {f.ver}, {slot}, {f.batch}, now, out);
       } else {
         index_[f.key] = Entry{f.batch, slot, f.len, true, f.group, f.ver};
         cohorts_[{f.batch, f.group}].push_back(f.key);

@@ -140,16 +140,23 @@ void OwnerCore::on_writeback_reply(uint64_t id, Envelope& reply_env, Millis now,
     return;
   }
   // Demoted: the master holds no route to these copies any more; each slot is Free once no reader
-  // holds it (S2). An entry replaced or evicted meanwhile is that path's business already.
+  // holds it (S2). An entry replaced or evicted meanwhile is that path's business already. A copy
+  // whose re-publication (resync after a master restart) is in flight goes the superseded way, so
+  // that the late re-publication is removed again.
   for (size_t i = 0; i < job.keys.size(); ++i) {
     auto it = index_.find(job.keys[i]);
     if (it == index_.end() || it->second.put_id != job.put_ids[i] || !it->second.live) continue;
-    const SlotRef slot = it->second.slot;
+    const Entry e = it->second;
     erase_entry(it);
-    pool_.route_dropped(slot);
-    live_routes_--;
     counters_.demoted_keys_total++;
-    counters_.demoted_bytes_total += pool_.slot_size(slot);
+    counters_.demoted_bytes_total += pool_.slot_size(e.slot);
+    auto resync = publish_.find(e.put_id);
+    if (resync != publish_.end() && resync->second.resync) {
+      supersede(job.keys[i], e, now, out);
+      continue;
+    }
+    pool_.route_dropped(e.slot);
+    live_routes_--;
   }
   counters_.demoted_cohorts_total += job.cohorts.size();
   end_writeback(id);

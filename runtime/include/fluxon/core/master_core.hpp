@@ -79,6 +79,7 @@ class MasterCore {
     uint32_t node_id;
     uint64_t generation;
     uint64_t offset;
+    uint64_t instance;  // the owner's local identity of this copy (its put or get batch)
   };
   struct Route {
     Version ver;
@@ -145,6 +146,15 @@ class MasterCore {
   // to finish (kWriteBackTaskMs); then a lost task (its fetch failed) is queued anew.
   std::unordered_map<std::string, std::pair<Version, Millis>> writeback_tasks_;
   std::deque<std::pair<Millis, std::string>> writeback_order_;  // (expiry, key), oldest first
+  // Source copies dropped by Demote, per (key, node): a re-sent Demote (its reply was lost) is
+  // Demoted again even if the remote copy has gone since (T1); forgotten after kTombstoneMs.
+  struct Demoted {
+    Version ver;
+    uint64_t generation;
+    Millis expires;
+  };
+  std::map<std::pair<std::string, uint32_t>, Demoted> demoted_;
+  std::deque<std::pair<Millis, std::pair<std::string, uint32_t>>> demoted_order_;
   static constexpr Millis kWriteBackTaskMs = 10000;
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   std::unordered_map<std::string, Route> routes_;

@@ -58,6 +58,7 @@ struct OwnerCounters {
   uint64_t get_tail_released_total = 0, handle_ttl_expired_total = 0, handle_cancel_total = 0;
   uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
   uint64_t resync_routes_total = 0, evicted_keys_total = 0, evicted_bytes_total = 0, eviction_rounds_total = 0;
+  uint64_t pressure_evictions_total = 0;  // ticks that evicted ahead of claims (free-slot watermark)
   uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
   // Remote gets (P2, G1-G10): the transferable prefix split into local pins, joins of another
   // batch's flight and flights this batch leads; master round trips; payload batches.
@@ -168,6 +169,7 @@ class OwnerCore {
     std::vector<std::string> keys;
     std::vector<Version> versions;
     std::vector<SlotRef> slots;
+    std::vector<uint64_t> instances;  // the copies' local identities (Entry::put_id)
     std::vector<uint64_t> tokens;
     Millis next_send = 0;
   };
@@ -262,12 +264,14 @@ class OwnerCore {
   void send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
   void send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox& out);
   void supersede(const std::string& key, Entry old, Millis now, Outbox& out);
-  void queue_remove(std::vector<std::string> keys, std::vector<Version> versions,
-                    std::vector<SlotRef> slots, Millis now, Outbox& out);
+  void queue_remove(std::vector<std::string> keys, std::vector<Version> versions, std::vector<SlotRef> slots,
+                    std::vector<uint64_t> instances, Millis now, Outbox& out);
   void serve_waiters(Outbox& out);
   // Capacity eviction (S1, S3, S4): select cold unheld cohorts worth `bytes`, preferring slots of
   // `slot_size`, and remove them route first; bytes already on their way count (selection debt).
   void evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out);
+  // Pressure (from tick): keep eviction_free_watermark of each class's slots free ahead of claims.
+  void keep_free(Millis now, Outbox& out);
   void evict_cohort(CohortId cohort, Millis now, Outbox& out);
   void evict_one_cohort(CohortId cohort, Millis now, Outbox& out);
   // Every way out of the local index goes through here: resident index and cohort bookkeeping.

@@ -41,6 +41,10 @@ struct OwnerConfig {
   bool eviction = true;
   uint64_t eviction_max_bytes_per_round = 256ull << 20;
   bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
+  // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots
+  // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
+  // put does not wait for a route removal. 0: evict only when a claim finds no slot.
+  double eviction_free_watermark = 0.02;
   // Owner-hot write-back (replica_writeback_hot_capacity_ratio; 0 = off): live entries also sit in
   // a hot W-TinyLFU tier of this share of the segment; a cohort it evicts gets a copy on a
   // target-role owner (a replica task), and with writeback_demote its copies here then go (single-

@@ -90,6 +90,10 @@ class ReservePool {
   void release_holder(SlotRef r);
 
   PoolCounts counts() const;
+  // Per slot class (slot size -> (free slots, slots of its grants)), and whether a claim could
+  // still carve an unused grant (no eviction needed yet).
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> class_slots() const;
+  bool can_carve() const { return grants_in_use_ < grant_limit_; }
   // Slots that became Free since the last call: the owner retries waiting claims then.
   bool take_freed() { bool f = freed_; freed_ = false; return f; }
   // Grants carved since the last call: the owner faults their memory in (a grant is a reservation).
