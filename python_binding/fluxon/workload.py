@@ -381,6 +381,8 @@ def main(argv=None):
     ap.add_argument("--hot-writeback", type=float, default=0.0,
                     help="each instance owner's hot-tier share (replica_writeback_hot_capacity_ratio): cohorts it "
                          "evicts are written back to the remote_cache owner and demoted (0: off)")
+    ap.add_argument("--eviction-free-watermark", type=float, default=None,
+                    help="the instance owners' eviction_free_watermark (default: the owner's, 0.02)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
@@ -412,7 +414,8 @@ def main(argv=None):
         if a.instances > 1 or a.remote_cache:
             raise SystemExit("workload: --config serves one instance; --instances/--remote-cache need the private cluster")
         client_confs = [a.config]
-    elif a.tp == 1 and a.instances == 1 and a.remote_cache == 0 and not a.hot_writeback:
+    elif (a.tp == 1 and a.instances == 1 and a.remote_cache == 0 and not a.hot_writeback
+          and a.eviction_free_watermark is None):
         client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
                                      "local_reserve_grant_bytes": "4MiB"}]}]
     else:
@@ -423,6 +426,8 @@ def main(argv=None):
         text = f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\nowners:\n"
         for i, op in enumerate(oports):
             hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
+            if a.eviction_free_watermark is not None:
+                hot += f", eviction_free_watermark: {a.eviction_free_watermark}"
             text += (f"  - {{node_id: {i + 1}, port: {op}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
                      f" local_reserve_grant_bytes: 4MiB{hot}}}\n")
         rc_dram = a.remote_cache_dram or _double(a.owner_dram)
