@@ -35,13 +35,14 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   auto it = routes_.find(key);
   if (it == routes_.end()) return false;
   auto& reps = it->second.replicas;
-  auto r = std::find_if(reps.begin(), reps.end(), [&](const Replica& x) { return x.node_id == node_id; });
-  if (r == reps.end()) return false;
+  size_t at = 0;
+  while (at < reps.size() && reps[at].node_id != node_id) ++at;
+  if (at == reps.size()) return false;
   if (tombstone) {
-    tombstones_[key] = Removed{it->second.ver, r->node_id, r->generation, now_ + kTombstoneMs};
+    tombstones_[key] = Removed{it->second.ver, reps[at].node_id, reps[at].generation, now_ + kTombstoneMs};
     tombstone_order_.emplace_back(now_ + kTombstoneMs, key);
   }
-  reps.erase(r);
+  reps.erase_at(at);
   replicas_--;
   counters_.replicas_removed_total++;
   if (reps.empty()) {
@@ -72,7 +73,7 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     std::vector<std::string> keys;
     for (const auto& [k, r] : routes_)
       for (const auto& rep : r.replicas)
-        if (rep.node_id == node_id) keys.push_back(k);
+        if (rep.node_id == node_id) keys.emplace_back(k);
     for (const auto& k : keys) dropped += drop_replica(k, node_id, false) ? 1 : 0;
     // Its prepared gets died with its memory; gets it was the source of fail at transfer time and
     // are revoked by their requesters.
@@ -176,7 +177,9 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       continue;
     }
     if (tomb != tombstones_.end()) tombstones_.erase(tomb);
-    routes_.emplace(item->key, Route{v, item->len, {Replica{pd.node_id, pd.generation, item->offset, pd.put_id}}});
+    Route route{v, item->len, {}};
+    route.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset, pd.put_id});
+    routes_.emplace(item->key, std::move(route));
     replicas_++;
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;

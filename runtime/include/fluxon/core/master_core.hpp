@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "fluxon/core/route_table.hpp"
 #include "fluxon/messages/codec.hpp"
 
 namespace fluxon {
@@ -84,7 +85,7 @@ class MasterCore {
   struct Route {
     Version ver;
     uint64_t len = 0;
-    std::vector<Replica> replicas;  // never empty: the last replica's removal erases the route
+    InlineList<Replica> replicas;   // never empty: the last replica's removal erases the route
   };
   struct OwnerInfo {
     uint64_t generation = 0;
@@ -157,7 +158,7 @@ class MasterCore {
   std::deque<std::pair<Millis, std::pair<std::string, uint32_t>>> demoted_order_;
   static constexpr Millis kWriteBackTaskMs = 10000;
   static constexpr size_t kReplicaQueueMax = 1 << 20;
-  std::unordered_map<std::string, Route> routes_;
+  RouteTable<Route> routes_;
   size_t replicas_ = 0;
   // A tombstone only has to outlive the late duplicates of its PutDone (retries are seconds apart):
   // it expires after kTombstoneMs, so removed keys do not grow the table forever.
