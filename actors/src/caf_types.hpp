@@ -30,6 +30,7 @@ using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

@@ -114,6 +114,7 @@ std::unique_ptr<Workers<TransferBatch>> make_fetcher(std::shared_ptr<Segment> se
 }
 
 struct OwnerState {
+  bool flush_queued = false;  // a flush_atom is in the mailbox (G9: leaders wait for it)
   OwnerConfig::FaultInjection faults;
   std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
@@ -231,6 +232,9 @@ void export_metrics(OwnerState& st) {
             c.replica_failed_total);
   m.counter("fluxon_owner_get_alone_misses_total", "Misses answered without the master (no other owner)",
             c.get_alone_misses_total);
+  m.counter("fluxon_owner_get_leader_requests_total",
+            "get_starts with leaders (G9: BatchGetStarts, _get_master_batches_total, are fewer when they overlap)",
+            c.get_leader_requests_total);
   m.counter("fluxon_owner_hot_evicted_keys_total", "Keys the owner-hot tier evicted (write-back candidates)",
             c.hot_evicted_keys_total);
   m.counter("fluxon_owner_writeback_cohorts_total", "Exact cohorts written back to a target-role owner",
@@ -460,6 +464,12 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         Outbox out;
         st.core->on_client_request(token, **env, now_ms(), out);
         flush(self, out);
+        if (st.core->gets_to_flush() && !st.flush_queued) {
+          // G9: the leaders of every get_start already in the mailbox join this BatchGetStart;
+          // the flush message queues behind them and adds no wait of its own.
+          st.flush_queued = true;
+          self->send(self, flush_atom::value);
+        }
         return rp;
       },
       [=](Note& n) {
@@ -477,6 +487,13 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         flush(self, out);
       },
       [=](reconnect_atom) { try_connect(self); },
+      [=](flush_atom) {
+        auto& st = self->state;
+        st.flush_queued = false;
+        Outbox out;
+        st.core->flush_gets(now_ms(), out);
+        flush(self, out);
+      },
       [=](tick_atom) {
         auto& st = self->state;
         Outbox out;

@@ -746,6 +746,7 @@ void OwnerCore::on_master_failure(uint64_t token) {
 
 void OwnerCore::tick(Millis now, Outbox& out) {
   now_ = now;
+  flush_gets(now, out);
   for (auto& [put_id, job] : publish_) {
     if (now >= job.next_send) {
       counters_.publish_retry_total++;

@@ -73,10 +73,14 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
     start.keys.push_back(key);
     pg.items[i] = GetItem{GetItem::Kind::kFlight, fid, 0, true};
   }
-  if (!start.keys.empty()) {  // G8: every leader of the batch in one BatchGetStart
+  if (!start.keys.empty()) {
+    // G8: every leader of the batch in one BatchGetStart; G9: with the leaders of the other
+    // get_starts that arrive before the driver calls flush_gets() (the owner actor: once its mailbox
+    // holds nothing older; the simulator: at the next tick), so concurrent batches (TP ranks) share it.
     counters_.get_flights_started_total += start.keys.size();
-    counters_.get_master_batches_total++;
-    queue_get_job(std::move(start), now, out);
+    start_buffer_.get_ids.insert(start_buffer_.get_ids.end(), start.get_ids.begin(), start.get_ids.end());
+    start_buffer_.keys.insert(start_buffer_.keys.end(), start.keys.begin(), start.keys.end());
+    counters_.get_leader_requests_total++;
   }
   if (!waits_for_master(pg)) {  // all local (the hot path), or joins past Starting: answer now
     const bool remote = std::any_of(pg.items.begin(), pg.items.end(),
@@ -332,6 +336,14 @@ void OwnerCore::on_transfer_done(uint64_t id, const Status& result, Millis now, 
   if (!done.keys.empty()) queue_get_job(std::move(done), now, out);  // G8: one BatchGetDone per batch
   serve_transfers(now, out);
   if (pool_.take_freed()) serve_waiters(out);
+}
+
+void OwnerCore::flush_gets(Millis now, Outbox& out) {
+  if (start_buffer_.keys.empty()) return;
+  counters_.get_master_batches_total++;
+  GetJob job{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
+  std::swap(job, start_buffer_);
+  queue_get_job(std::move(job), now, out);
 }
 
 uint64_t OwnerCore::queue_get_job(GetJob job, Millis now, Outbox& out) {

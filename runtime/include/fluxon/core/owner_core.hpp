@@ -70,6 +70,7 @@ struct OwnerCounters {
   uint64_t transfer_batches_total = 0, transfer_keys_total = 0, transfer_bytes_total = 0;
   uint64_t transfer_failures_total = 0, get_wait_timeouts_total = 0, remove_busy_total = 0;
   uint64_t get_alone_misses_total = 0;  // misses answered without the master: no other owner exists
+  uint64_t get_leader_requests_total = 0;  // get_starts with leaders (G9: get_master_batches_total is fewer)
   uint64_t replica_keys_requested_total = 0;  // put keys published with a replica task
   uint64_t replica_tasks_received_total = 0, replica_tasks_skipped_total = 0;
   uint64_t replica_done_total = 0, replica_failed_total = 0;
@@ -104,6 +105,10 @@ class OwnerCore {
   // every live route with its original identity (T1: a master that kept them answers Live), and
   // re-send the jobs in flight now.
   void on_master_reconnected(Millis now, Outbox& out);
+  // G9: leaders of the get_starts handled since the last call go to the master in one BatchGetStart.
+  // The driver calls it once no older request waits (and tick() does, as a floor).
+  void flush_gets(Millis now, Outbox& out);
+  bool gets_to_flush() const { return !start_buffer_.keys.empty(); }
   // The data plane finished TransferBatch `id` (ok or not).
   void on_transfer_done(uint64_t id, const Status& result, Millis now, Outbox& out);
   // Where peers fetch this owner's bytes; sent with every registration.
@@ -310,6 +315,7 @@ class OwnerCore {
   std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
   std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
   std::map<uint64_t, GetJob> get_jobs_;
+  GetJob start_buffer_{GetJob::Kind::kStart, {}, {}, {}, {}, 0};  // leaders not yet sent (G9)
   std::map<uint64_t, PendingGet> pending_gets_;
   std::unordered_set<uint64_t> waiting_handles_;         // handles with a parked get_transfer
   std::map<uint64_t, std::vector<uint64_t>> transfers_;  // transfer batch -> flights
