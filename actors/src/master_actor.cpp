@@ -83,6 +83,13 @@ void export_metrics(MasterState& st) {
             c.demote_kept_total);
   m.counter("fluxon_master_demote_busy_total", "Demotions deferred: a remote get read a source copy",
             c.demote_busy_total);
+  m.counter("fluxon_master_owner_hot_demotion_attempts_total", "Demote requests (owner_hot_demotion_attempts)",
+            c.owner_hot_demotion_attempts);
+  m.counter("fluxon_master_owner_hot_demotion_cohorts_total",
+            "Demote requests granted, each an exact cohort set (owner_hot_demotion_cohorts)", c.owner_hot_demotion_cohorts);
+  m.counter("fluxon_master_owner_hot_demotion_selected_bytes_total",
+            "Value bytes whose source copies demotion dropped (owner_hot_demotion_selected_bytes)",
+            c.owner_hot_demotion_selected_bytes);
   for (const auto& [node, n] : st.core.replica_targets())
     m.counter("fluxon_master_replica_targets_total", "Replica tasks handed to each target node", n,
               {{"node", std::to_string(node)}});

@@ -182,6 +182,11 @@ void export_metrics(OwnerState& st) {
   m.counter("fluxon_owner_resync_routes_total", "Live routes re-published after the master came back",
             c.resync_routes_total);
   m.counter("fluxon_owner_evicted_keys_total", "Keys evicted for capacity (whole cohorts)", c.evicted_keys_total);
+  m.counter("fluxon_owner_eviction_settled_keys_total",
+            "Evicted keys whose route removal the master confirmed (S4: equals evicted at rest)",
+            c.eviction_settled_keys_total);
+  m.gauge("fluxon_owner_eviction_debt_bytes", "Bytes selected for eviction whose removal is on its way",
+          double(st.core->eviction_debt_bytes()));
   m.counter("fluxon_owner_pressure_evictions_total",
             "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free",
             c.pressure_evictions_total);

@@ -164,6 +164,9 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     for (int o : {0, 1, 2}) {
       auto st = c.owner(o).stats();
       CHECK(st.slots_committed == st.routes);  // every committed slot is a live route's, and back
+      // S4: every selected eviction was settled by the master's answer; no debt is left.
+      CHECK(c.owner(o).counters().eviction_settled_keys_total == c.owner(o).counters().evicted_keys_total);
+      CHECK(c.owner(o).eviction_debt_bytes() == 0);
       CHECK(st.slots_pending_local_visible == 0);
     }
     const auto& a = c.owner(0).counters();

@@ -414,6 +414,7 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
 
 Envelope MasterCore::demote(const wire::DemoteT& req) {
   counters_.demote_requests_total++;
+  counters_.owner_hot_demotion_attempts++;
   // All or none: every source copy still routed must have a copy of its version on a target-role
   // owner (never the last copy), and one a remote get reads now (activity fence) makes the whole
   // request Busy. A source copy this master demoted already counts as demoted: the same request
@@ -444,6 +445,7 @@ Envelope MasterCore::demote(const wire::DemoteT& req) {
   if (rep.status == wire::DemoteStatus::Kept) counters_.demote_kept_total++;
   if (rep.status == wire::DemoteStatus::Busy) counters_.demote_busy_total++;
   if (rep.status != wire::DemoteStatus::Demoted) return make_envelope(std::move(rep));
+  counters_.owner_hot_demotion_cohorts++;
   for (const auto& item : req.items) {
     auto r = routes_.find(item->key);
     Replica* mine = r == routes_.end() ? nullptr : find_replica(r->second, req.node_id);
@@ -451,6 +453,7 @@ Envelope MasterCore::demote(const wire::DemoteT& req) {
     const Millis expires = now_ + kTombstoneMs;
     demoted_[{item->key, req.node_id}] = Demoted{r->second.ver, req.generation, expires};
     demoted_order_.emplace_back(expires, std::make_pair(item->key, req.node_id));
+    counters_.owner_hot_demotion_selected_bytes += r->second.len;
     drop_replica(item->key, req.node_id, true);  // the route stays: the target's copy serves it
     counters_.demoted_keys_total++;
     counters_.removed_with_copies_left_total++;

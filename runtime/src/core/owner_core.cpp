@@ -370,6 +370,7 @@ void OwnerCore::erase_entry(std::unordered_map<std::string, Entry>::iterator it)
 void OwnerCore::settle_evicting(SlotRef slot) {
   auto it = evicting_slots_.find(slot.packed());
   if (it == evicting_slots_.end()) return;
+  counters_.eviction_settled_keys_total++;
   evicting_bytes_ -= it->second;
   evicting_slots_.erase(it);
 }

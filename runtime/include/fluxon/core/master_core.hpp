@@ -40,6 +40,9 @@ struct MasterCounters {
   uint64_t writeback_requests_total = 0, writeback_keys_total = 0, writeback_tasks_total = 0;
   uint64_t writeback_backed_total = 0, writeback_obsolete_total = 0, writeback_no_target_total = 0;
   uint64_t demote_requests_total = 0, demoted_keys_total = 0, demote_kept_total = 0, demote_busy_total = 0;
+  // The design's names: Demote requests (attempts), those granted (each an exact cohort set), and
+  // the value bytes whose source copies they dropped.
+  uint64_t owner_hot_demotion_attempts = 0, owner_hot_demotion_cohorts = 0, owner_hot_demotion_selected_bytes = 0;
   uint64_t owners_registered_total = 0, errors_total = 0, malformed_total = 0;
 };
 

@@ -59,6 +59,9 @@ struct OwnerCounters {
   uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
   uint64_t resync_routes_total = 0, evicted_keys_total = 0, evicted_bytes_total = 0, eviction_rounds_total = 0;
   uint64_t pressure_evictions_total = 0;  // ticks that evicted ahead of claims (free-slot watermark)
+  // S4: every key eviction selects is settled once the master no longer routes to its slot
+  // (removed, or found absent); at rest the two are equal and the selection debt is zero.
+  uint64_t eviction_settled_keys_total = 0;
   uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
   // Remote gets (P2, G1-G10): the transferable prefix split into local pins, joins of another
   // batch's flight and flights this batch leads; master round trips; payload batches.
@@ -125,6 +128,7 @@ class OwnerCore {
   void remove_key(const std::string& key, Millis now, Outbox& out);
   // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.
   size_t writebacks_pending() const { return writebacks_.size(); }
+  uint64_t eviction_debt_bytes() const { return evicting_bytes_; }
   uint64_t hot_bytes() const { return hot_ ? hot_->weighted_size() : 0; }
   bool in_hot_tier(const std::string& key) const { return hot_ && hot_->contains(key); }
 
