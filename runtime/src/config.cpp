@@ -30,6 +30,19 @@ Status check_keys(const YAML::Node& n, const std::string& where, const std::set<
   return Status::ok();
 }
 
+// A share in [0, 1) (absent: out unchanged).
+Status get_fraction(const YAML::Node& n, const char* key, const std::string& where, double& out) {
+  if (!n[key]) return Status::ok();
+  double v = -1;
+  try {
+    v = n[key].as<double>();
+  } catch (const YAML::Exception&) {
+  }
+  if (!(v >= 0 && v < 1)) return invalid_argument(where + "." + key + ": must be in [0, 1)");
+  out = v;
+  return Status::ok();
+}
+
 template <class T>
 Status get_uint(const YAML::Node& n, const std::string& key, const std::string& where, T& out) {
   if (!n[key]) return Status::ok();
@@ -102,17 +115,8 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "data_timeout_ms", where, o.data_timeout_ms));
   FLX_TRY(get_uint(n, "get_start_wait_ms", where, o.get_start_wait_ms));
   FLX_TRY(get_uint(n, "writeback_timeout_ms", where, o.writeback_timeout_ms));
-  for (auto [name, field] : {std::pair<const char*, double*>{"replica_writeback_hot_capacity_ratio", &o.hot_writeback_ratio},
-                              std::pair<const char*, double*>{"eviction_free_watermark", &o.eviction_free_watermark}}) {
-    if (!n[name]) continue;
-    double v = -1;
-    try {
-      v = n[name].as<double>();
-    } catch (const YAML::Exception&) {
-    }
-    if (!(v >= 0 && v < 1)) return invalid_argument(where + "." + name + ": must be in [0, 1)");
-    *field = v;
-  }
+  FLX_TRY(get_fraction(n, "replica_writeback_hot_capacity_ratio", where, o.hot_writeback_ratio));
+  FLX_TRY(get_fraction(n, "eviction_free_watermark", where, o.eviction_free_watermark));
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));
   FLX_TRY(get_str(n, "listen_host", where, o.listen_host));
@@ -155,18 +159,9 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
     FLX_TRY(check_keys(f, w, {"seed", "drop", "duplicate", "fetch_fail", "max_delay_ms"}));
     FLX_TRY(get_uint(f, "seed", w, o.fault_injection.seed));
     FLX_TRY(get_uint(f, "max_delay_ms", w, o.fault_injection.max_delay_ms));
-    for (const char* k : {"drop", "duplicate", "fetch_fail"}) {
-      if (!f[k]) continue;
-      double v = -1;
-      try {
-        v = f[k].as<double>();
-      } catch (const YAML::Exception&) {
-      }
-      if (!(v >= 0 && v < 1)) return invalid_argument(w + "." + k + ": must be in [0, 1)");
-      const std::string key = k;
-      (key == "drop" ? o.fault_injection.drop : key == "duplicate" ? o.fault_injection.duplicate
-                                                                    : o.fault_injection.fetch_fail) = v;
-    }
+    FLX_TRY(get_fraction(f, "drop", w, o.fault_injection.drop));
+    FLX_TRY(get_fraction(f, "duplicate", w, o.fault_injection.duplicate));
+    FLX_TRY(get_fraction(f, "fetch_fail", w, o.fault_injection.fetch_fail));
   }
   return Status::ok();
 }

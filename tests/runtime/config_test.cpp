@@ -73,6 +73,25 @@ TEST_CASE("validation rejects with the field named") {
   CHECK(err("owners: [{fault_injection: {drop: 1.5}}]").find("fault_injection.drop") != std::string::npos);
   CHECK(err("owners: [{fault_injection: {jitter: 1}}]").find("fault_injection.jitter") != std::string::npos);
   CHECK(err("master: [1, 2").find("config") != std::string::npos);
+  CHECK(err("owners: [{replica_writeback_hot_capacity_ratio: 1.0}]").find("replica_writeback_hot_capacity_ratio") !=
+        std::string::npos);
+  CHECK(err("owners: [{eviction_free_watermark: -0.1}]").find("eviction_free_watermark") != std::string::npos);
+  CHECK(err("owners: [{writeback_demote: maybe}]").find("writeback_demote") != std::string::npos);
+  CHECK(err("master: {eviction_free_watermark: 0.1}").find("owner-only") != std::string::npos);
+}
+
+TEST_CASE("config: owner-hot write-back and the free-slot watermark") {
+  auto c = parse_config_text(
+      "owners: [{replica_writeback_hot_capacity_ratio: 0.75, writeback_demote: false, writeback_timeout_ms: 5000, "
+      "eviction_free_watermark: 0.05}, {node_id: 2}]\n");
+  REQUIRE(c.ok());
+  CHECK(c->owners[0].hot_writeback_ratio == doctest::Approx(0.75));
+  CHECK_FALSE(c->owners[0].writeback_demote);
+  CHECK(c->owners[0].writeback_timeout_ms == 5000);
+  CHECK(c->owners[0].eviction_free_watermark == doctest::Approx(0.05));
+  CHECK(c->owners[1].hot_writeback_ratio == 0);  // off unless asked for
+  CHECK(c->owners[1].writeback_demote);
+  CHECK(c->owners[1].eviction_free_watermark == doctest::Approx(0.02));
 }
 
 TEST_CASE("parse_bytes") {

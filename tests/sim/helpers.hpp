@@ -63,4 +63,45 @@ inline uint64_t seed_from_env(uint64_t dflt) {
   return dflt;
 }
 
+// The master driven directly (node generations are 1).
+inline Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
+  wire::PutDoneT pd;
+  pd.node_id = node;
+  pd.generation = 1;
+  pd.put_id = put_id;
+  pd.items.push_back(std::make_unique<wire::RouteItemT>());
+  pd.items[0]->key = key;
+  pd.items[0]->offset = offset;
+  pd.items[0]->len = 4096;
+  return m.handle(make_envelope(std::move(pd)));
+}
+inline wire::GetStartStatus m_start(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, Millis now = 0) {
+  wire::BatchGetStartT g;
+  g.node_id = node;
+  g.generation = 1;
+  g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, key, get_id}));
+  return m.handle(make_envelope(std::move(g)), now).body.AsBatchGetStartReply()->items[0]->status;
+}
+inline wire::GetDoneStatus m_done(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, uint64_t off) {
+  wire::BatchGetDoneT d;
+  d.node_id = node;
+  d.generation = 1;
+  d.items.push_back(std::make_unique<wire::GetDoneItemT>(wire::GetDoneItemT{{}, key, get_id, off}));
+  return m.handle(make_envelope(std::move(d))).body.AsBatchGetDoneReply()->results[0];
+}
+inline bool m_remove(MasterCore& m, uint32_t node, const std::string& key, uint32_t origin, uint64_t put_id, bool* busy) {
+  wire::RemoveRoutesT rr;
+  auto it = std::make_unique<wire::RemoveRouteT>();
+  it->key = key;
+  it->node_id = node;
+  it->generation = 1;
+  it->put_id = put_id;
+  it->origin_node = origin;
+  it->origin_generation = 1;
+  rr.items.push_back(std::move(it));
+  auto rep = m.handle(make_envelope(std::move(rr)));
+  *busy = rep.body.AsRemoveRoutesReply()->busy[0];
+  return rep.body.AsRemoveRoutesReply()->removed[0];
+}
+
 }  // namespace fluxon::test

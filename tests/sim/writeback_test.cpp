@@ -21,28 +21,12 @@ void w_register(MasterCore& m, uint32_t node, const std::string& role) {
   REQUIRE(m.handle(make_envelope(std::move(r))).body.AsRegisterOwnerReply());
 }
 void w_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key) {
-  wire::PutDoneT pd;
-  pd.node_id = node;
-  pd.generation = 1;
-  pd.put_id = put_id;
-  pd.items.push_back(std::make_unique<wire::RouteItemT>());
-  pd.items[0]->key = key;
-  pd.items[0]->len = 4096;
-  REQUIRE(m.handle(make_envelope(std::move(pd))).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+  REQUIRE(m_put(m, node, put_id, key, 0).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
 }
 // Node `to` fetches key from whoever holds it and publishes its copy.
 void w_copy(MasterCore& m, uint32_t to, const std::string& key, uint64_t get_id) {
-  wire::BatchGetStartT g;
-  g.node_id = to;
-  g.generation = 1;
-  g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, key, get_id}));
-  REQUIRE(m.handle(make_envelope(std::move(g))).body.AsBatchGetStartReply()->items[0]->status ==
-          wire::GetStartStatus::Started);
-  wire::BatchGetDoneT d;
-  d.node_id = to;
-  d.generation = 1;
-  d.items.push_back(std::make_unique<wire::GetDoneItemT>(wire::GetDoneItemT{{}, key, get_id, 8192}));
-  REQUIRE(m.handle(make_envelope(std::move(d))).body.AsBatchGetDoneReply()->results[0] == wire::GetDoneStatus::Live);
+  REQUIRE(m_start(m, to, key, get_id) == wire::GetStartStatus::Started);
+  REQUIRE(m_done(m, to, key, get_id, 8192) == wire::GetDoneStatus::Live);
 }
 template <class T>
 T w_items(uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys) {
@@ -116,38 +100,15 @@ TEST_CASE("master: a write-back queues one task per version; demotion is all or 
   w_put(m, 1, 8, "d");
   w_copy(m, 2, "d", 104);
   CHECK(w_demote(m, 1, {{"d", 8}}) == wire::DemoteStatus::Demoted);
-  {
-    wire::RemoveRoutesT rr;
-    auto it = std::make_unique<wire::RemoveRouteT>();
-    it->key = "d";
-    it->node_id = 2;
-    it->generation = 1;
-    it->put_id = 8;
-    it->origin_node = 1;
-    it->origin_generation = 1;
-    rr.items.push_back(std::move(it));
-    REQUIRE(m.handle(make_envelope(std::move(rr))).body.AsRemoveRoutesReply()->removed[0]);
-  }
+  bool busy = false;
+  REQUIRE(m_remove(m, 2, "d", 1, 8, &busy));
   CHECK(m.route_count() == 2);  // "d" is gone everywhere
   CHECK(w_demote(m, 1, {{"d", 8}}) == wire::DemoteStatus::Demoted);
   CHECK(w_demote(m, 3, {{"d", 8}}) == wire::DemoteStatus::Kept);  // another node never demoted it
   // The remote copy goes first: a later demotion of that key is refused, its source stays.
   w_put(m, 1, 9, "c");
   w_copy(m, 2, "c", 103);
-  bool removed = false;
-  {
-    wire::RemoveRoutesT rr;
-    auto it = std::make_unique<wire::RemoveRouteT>();
-    it->key = "c";
-    it->node_id = 2;
-    it->generation = 1;
-    it->put_id = 9;
-    it->origin_node = 1;
-    it->origin_generation = 1;
-    rr.items.push_back(std::move(it));
-    removed = m.handle(make_envelope(std::move(rr))).body.AsRemoveRoutesReply()->removed[0];
-  }
-  REQUIRE(removed);
+  REQUIRE(m_remove(m, 2, "c", 1, 9, &busy));
   CHECK(w_demote(m, 1, {{"c", 9}}) == wire::DemoteStatus::Kept);
   CHECK(m.replica_nodes("c") == std::vector<uint32_t>{1});
   CHECK(m.counters().demote_kept_total == 4);

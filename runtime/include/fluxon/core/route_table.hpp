@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "fluxon/runtime/open_addressing.hpp"
+
 namespace fluxon {
 
 // A list whose first element is stored inline; the rest, if any, in one heap vector.
@@ -150,21 +152,8 @@ class RouteTable {
     return {iterator{this, i}, true};
   }
   void erase(iterator it) {
-    size_t i = it.i_;
-    destroy(slots_[i].node);
-    // Backward-shift deletion keeps every probe chain unbroken without tombstones.
-    size_t j = i;
-    while (true) {
-      j = (j + 1) & mask();
-      if (!slots_[j].node) break;
-      const size_t home = slots_[j].hash & mask();
-      const bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
-      if (movable) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
-    }
-    slots_[i] = Slot{};
+    destroy(slots_[it.i_].node);
+    backward_shift_erase(slots_, it.i_, [](const Slot& s) { return s.hash; }, [](const Slot& s) { return s.node != nullptr; });
     size_--;
   }
   void clear() {

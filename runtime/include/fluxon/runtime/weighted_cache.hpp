@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "fluxon/runtime/frequency_sketch.hpp"
+#include "fluxon/runtime/open_addressing.hpp"
 #include "fluxon/runtime/status.hpp"
 #include "fluxon/runtime/window_sims.hpp"
 
@@ -390,19 +391,7 @@ class WeightedCache {
     void erase(uint64_t h, Node* n) {
       size_t i = h & mask();
       while (slots_[i].node != n) i = (i + 1) & mask();
-      // Backward-shift deletion keeps every probe chain unbroken without tombstones.
-      size_t j = i;
-      while (true) {
-        j = (j + 1) & mask();
-        if (!slots_[j].node) break;
-        const size_t home = slots_[j].hash & mask();
-        const bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-          slots_[i] = slots_[j];
-          i = j;
-        }
-      }
-      slots_[i] = Slot{};
+      backward_shift_erase(slots_, i, [](const Slot& s) { return s.hash; }, [](const Slot& s) { return s.node != nullptr; });
       size_--;
       delete n;
     }
