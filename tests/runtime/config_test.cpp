@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include "fluxon/runtime/config.hpp"
 
 using namespace fluxon;
@@ -78,6 +80,21 @@ TEST_CASE("validation rejects with the field named") {
   CHECK(err("owners: [{eviction_free_watermark: -0.1}]").find("eviction_free_watermark") != std::string::npos);
   CHECK(err("owners: [{writeback_demote: maybe}]").find("writeback_demote") != std::string::npos);
   CHECK(err("master: {eviction_free_watermark: 0.1}").find("owner-only") != std::string::npos);
+}
+
+TEST_CASE("config: every shipped file in configs/ is valid") {
+  int n = 0;
+  for (const auto& f : std::filesystem::directory_iterator(std::string(FLUXON_SOURCE_DIR) + "/configs")) {
+    if (f.path().extension() != ".yaml") continue;
+    auto c = load_config_file(f.path().string());
+    CHECK_MESSAGE(c.ok(), f.path().string(), ": ", c.status().to_string());
+    n++;
+  }
+  CHECK(n >= 7);
+  auto ref = load_config_file(std::string(FLUXON_SOURCE_DIR) + "/configs/reference-3host.yaml");
+  REQUIRE(ref.ok());
+  CHECK(ref->owners[0].hot_writeback_ratio == doctest::Approx(0.75));
+  CHECK(ref->owners[2].role == "remote_cache");
 }
 
 TEST_CASE("config: owner-hot write-back and the free-slot watermark") {
