@@ -233,8 +233,10 @@ void export_metrics(OwnerState& st) {
             c.replica_tasks_skipped_total);
   m.counter("fluxon_owner_replica_done_total", "Replicas this owner made (fetched and published)",
             c.replica_done_total);
-  m.counter("fluxon_owner_replica_failed_total", "Replica tasks whose fetch failed (a later miss, nothing more)",
-            c.replica_failed_total);
+  m.counter("fluxon_owner_replica_failed_total",
+            "Replica tasks whose fetch failed on every attempt (a later miss, nothing more)", c.replica_failed_total);
+  m.counter("fluxon_owner_replica_retries_total", "Replica fetches tried again after a failure (3 attempts in all)",
+            c.replica_retries_total);
   m.counter("fluxon_owner_get_alone_misses_total", "Misses answered without the master (no other owner)",
             c.get_alone_misses_total);
   m.counter("fluxon_owner_get_leader_requests_total",

@@ -595,6 +595,16 @@ void OwnerCore::poll_replica_tasks(Millis now, Outbox& out) {
   constexpr uint32_t kBatch = 256;        // tasks per poll, and replica flights at most in flight
   constexpr Millis kIdlePollMs = 100;     // between polls that found nothing
   if (!replica_target_ || alone()) return;  // not a target role, or alone
+  std::vector<std::string> due;
+  for (auto it = replica_retry_.begin(); it != replica_retry_.end();) {
+    if (it->first > now) {
+      ++it;
+      continue;
+    }
+    due.push_back(std::move(it->second));
+    it = replica_retry_.erase(it);
+  }
+  if (!due.empty()) start_replica_flights(due, now, out);
   if (replica_poll_id_ != 0) {  // unanswered: the same poll again, the master answers it the same way
     if (now - replica_poll_sent_ >= Millis(cfg_.publish_retry_ms)) send_replica_poll(now, out);
     return;
@@ -622,10 +632,14 @@ void OwnerCore::send_replica_poll(Millis now, Outbox& out) {
 void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now, Outbox& out) {
   if (rep.keys.empty()) return;
   next_replica_poll_ = now;  // there may be more: ask again at the next tick
+  counters_.replica_tasks_received_total += rep.keys.size();
+  start_replica_flights(rep.keys, now, out);
+}
+
+void OwnerCore::start_replica_flights(const std::vector<std::string>& keys, Millis now, Outbox& out) {
   GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
   const uint64_t batch = next_put_id_++;
-  for (const auto& key : rep.keys) {
-    counters_.replica_tasks_received_total++;
+  for (const auto& key : keys) {
     if (index_.count(key) || flight_of_.count(key) || inflight_.count(key)) {
       counters_.replica_tasks_skipped_total++;  // here already, or on its way
       continue;
@@ -639,7 +653,7 @@ void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now,
     fl.group = uint32_t(start.keys.size());  // each replica its own cohort
     flights_.emplace(fid, std::move(fl));
     flight_of_[key] = fid;
-    replica_flights_.insert(fid);
+    replica_flights_.emplace(fid, key);
     start.get_ids.push_back(fid);
     start.keys.push_back(key);
   }
@@ -651,16 +665,26 @@ void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now,
 
 void OwnerCore::settle_replica_flights(Millis now, Outbox& out) {
   std::vector<uint64_t> done;
-  for (uint64_t fid : replica_flights_) {
+  for (const auto& [fid, key] : replica_flights_) {
     auto it = flights_.find(fid);
     if (it == flights_.end() || it->second.phase == Phase::kReady || it->second.phase == Phase::kFailed)
       done.push_back(fid);
   }
   for (uint64_t fid : done) {
-    replica_flights_.erase(fid);
+    auto rf = replica_flights_.find(fid);
+    const std::string key = std::move(rf->second);
+    replica_flights_.erase(rf);
     auto it = flights_.find(fid);
-    if (it != flights_.end() && it->second.phase == Phase::kReady) counters_.replica_done_total++;
-    else counters_.replica_failed_total++;
+    if (it != flights_.end() && it->second.phase == Phase::kReady) {
+      counters_.replica_done_total++;
+      replica_attempts_.erase(key);
+    } else if (const uint32_t n = ++replica_attempts_[key]; n < kReplicaAttempts) {
+      counters_.replica_retries_total++;  // 0.5 s, then 1 s later
+      replica_retry_.emplace_back(now + 500 * Millis(n), key);
+    } else {
+      counters_.replica_failed_total++;
+      replica_attempts_.erase(key);
+    }
     drop_interest(fid, now, out);
   }
 }

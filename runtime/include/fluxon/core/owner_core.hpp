@@ -76,7 +76,7 @@ struct OwnerCounters {
   uint64_t get_leader_requests_total = 0;  // get_starts with leaders (G9: get_master_batches_total is fewer)
   uint64_t replica_keys_requested_total = 0;  // put keys published with a replica task
   uint64_t replica_tasks_received_total = 0, replica_tasks_skipped_total = 0;
-  uint64_t replica_done_total = 0, replica_failed_total = 0;
+  uint64_t replica_done_total = 0, replica_failed_total = 0, replica_retries_total = 0;
   // Owner-hot write-back: keys the hot tier evicted; exact cohorts written back to a target-role
   // owner, their keys, and those a target holds now; jobs given up (no target, the value moved on,
   // or no copy within writeback_timeout_ms); cohorts demoted (the copies here dropped once the
@@ -330,7 +330,13 @@ class OwnerCore {
   bool alone() const { return cfg_.alone_in_cluster; }
   // Replica tasks this owner pulls from the master (owners of a target role get some) and runs as
   // flights of their own; the flight's interest is held until it is terminal.
-  std::unordered_set<uint64_t> replica_flights_;
+  std::unordered_map<uint64_t, std::string> replica_flights_;  // flight -> key
+  // A replica whose fetch failed is tried again (kReplicaAttempts in all, backing off): the master
+  // handed the task over once; only this owner can still make the copy.
+  static constexpr uint32_t kReplicaAttempts = 3;
+  std::unordered_map<std::string, uint32_t> replica_attempts_;       // key -> failed attempts so far
+  std::deque<std::pair<Millis, std::string>> replica_retry_;         // (when, key)
+  void start_replica_flights(const std::vector<std::string>& keys, Millis now, Outbox& out);
   uint64_t replica_poll_id_ = 0;      // the poll in flight (0: none); re-sent under the same id (T1)
   uint32_t replica_poll_max_ = 0;
   std::vector<uint64_t> replica_poll_tokens_;
