@@ -125,6 +125,44 @@ def test_overlapping_remote_reads_from_many_threads_share_fetches(two_owners):
     b.close()
 
 
+def test_g9_get_starts_arriving_together_share_batch_get_starts(two_owners):
+    """8 clients read remote keys at once through one owner: their leaders reach the master in fewer
+    BatchGetStarts than there were get_starts (the owner flushes behind its mailbox), bytes intact."""
+    a = fluxon.KvClient(two_owners.client_config(0))
+    size = 16 << 10
+    keys = [f"g9-{i}" for i in range(1024)]
+    vals = {}
+    for i in range(0, 1024, 256):
+        vals.update(_put(a, keys[i:i + 256], size, i))
+    readers = [fluxon.KvClient(two_owners.client_config(1)) for _ in range(8)]
+    errors = []
+
+    def run(t):
+        try:
+            for j in range(16):
+                ks = keys[t * 128 + j * 8:t * 128 + j * 8 + 8]
+                r, got = _read(readers[t], ks, size)
+                assert r.transferable_len == 8 and got == [vals[k] for k in ks]
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    time.sleep(1.2)
+    port = two_owners.owner_metrics[1]
+    requests = _metric(port, "fluxon_owner_get_leader_requests_total")
+    batches = _metric(port, "fluxon_owner_get_master_batches_total")
+    assert requests == 128
+    assert 0 < batches < requests, (batches, requests)
+    for r in readers:
+        r.close()
+    a.close()
+
+
 def test_a_dead_source_fails_the_transfer_and_leaks_nothing(two_owners):
     a = fluxon.KvClient(two_owners.client_config(0))
     b = fluxon.KvClient(two_owners.client_config(1))
