@@ -29,6 +29,7 @@ void OwnerCore::write_back(const std::vector<std::pair<std::string, ResidentRef>
                            Outbox& out) {
   counters_.hot_evicted_keys_total += evicted.size();
   if (alone() || replica_target_) return;  // nowhere to write to, or the copy would be this one
+  std::vector<uint64_t> fresh;
   for (const auto& [key, ref] : evicted) {
     WriteBackJob job;
     for (const CohortId& id : exact_cohort({ref.put_id, ref.group})) {
@@ -53,35 +54,60 @@ void OwnerCore::write_back(const std::vector<std::pair<std::string, ResidentRef>
     counters_.writeback_cohorts_total += job.cohorts.size();
     counters_.writeback_keys_total += job.keys.size();
     job.deadline = now + cfg_.writeback_timeout_ms;
-    auto [it, _] = writebacks_.emplace(id, std::move(job));
-    send_writeback(id, it->second, now, out);
+    writebacks_.emplace(id, std::move(job));
+    fresh.push_back(id);
+  }
+  if (!fresh.empty()) send_writeback_batch(fresh, now, out);
+}
+
+void OwnerCore::send_writeback_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox& out) {
+  wire::WriteBackT w;
+  w.node_id = cfg_.node_id;
+  w.generation = generation_;
+  WriteBackBatch batch;
+  batch.expires = now + 2 * Millis(cfg_.master_rpc_timeout_ms);
+  for (uint64_t id : jobs) {
+    WriteBackJob& job = writebacks_.at(id);
+    batch.jobs.emplace_back(id, job.keys.size());
+    for (size_t i = 0; i < job.keys.size(); ++i)
+      w.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
+          {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
+    job.next_send = now + cfg_.publish_retry_ms;
+  }
+  counters_.writeback_requests_total++;
+  const uint64_t tok = next_master_token_++;
+  writeback_batches_[tok] = std::move(batch);
+  master_tokens_[tok] = {JobKind::kWriteBackBatch, tok};
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(w))});
+}
+
+void OwnerCore::on_writeback_batch_reply(uint64_t token, Envelope& reply_env, Millis now, Outbox& out) {
+  auto b = writeback_batches_.find(token);
+  auto* wr = reply_env.body.AsWriteBackReply();
+  if (b == writeback_batches_.end() || !wr) return;
+  const auto jobs = std::move(b->second.jobs);
+  writeback_batches_.erase(b);
+  master_tokens_.erase(token);
+  size_t total = 0;
+  for (const auto& [id, n] : jobs) total += n;
+  if (total != wr->status.size()) return;  // not this request's answer: its jobs ask again
+  size_t at = 0;
+  for (const auto& [id, n] : jobs) {
+    // A job that ended, or moved on to its Demote, since this request left skips its part.
+    auto j = writebacks_.find(id);
+    if (j != writebacks_.end() && !j->second.demoting) settle_writeback(id, wr->status.data() + at, now, out);
+    at += n;
   }
 }
 
-void OwnerCore::send_writeback(uint64_t id, WriteBackJob& job, Millis now, Outbox& out) {
-  std::vector<std::unique_ptr<wire::WriteBackItemT>> items;
-  for (size_t i = 0; i < job.keys.size(); ++i) {
-    auto item = std::make_unique<wire::WriteBackItemT>();
-    item->key = job.keys[i];
-    item->origin_node = job.versions[i].origin_node;
-    item->origin_generation = job.versions[i].origin_generation;
-    item->origin_put_id = job.versions[i].put_id;
-    items.push_back(std::move(item));
-  }
-  Envelope env;
-  if (job.demoting) {
-    wire::DemoteT d;
-    d.node_id = cfg_.node_id;
-    d.generation = generation_;
-    d.items = std::move(items);
-    env = make_envelope(std::move(d));
-  } else {
-    wire::WriteBackT w;
-    w.node_id = cfg_.node_id;
-    w.generation = generation_;
-    w.items = std::move(items);
-    env = make_envelope(std::move(w));
-  }
+void OwnerCore::send_demote(uint64_t id, WriteBackJob& job, Millis now, Outbox& out) {
+  wire::DemoteT d;  // one exact cohort set per request: the master grants it all or none
+  d.node_id = cfg_.node_id;
+  d.generation = generation_;
+  for (size_t i = 0; i < job.keys.size(); ++i)
+    d.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
+        {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
+  Envelope env = make_envelope(std::move(d));
   counters_.writeback_requests_total++;
   job.tokens.push_back(next_master_token_++);
   job.next_send = now + cfg_.publish_retry_ms;
@@ -100,6 +126,29 @@ void OwnerCore::end_writeback(uint64_t id) {
   writebacks_.erase(j);
 }
 
+// The first phase's answer for one job (its keys' statuses, in order).
+void OwnerCore::settle_writeback(uint64_t id, const wire::WriteBackStatus* status, Millis now, Outbox& out) {
+  WriteBackJob& job = writebacks_.at(id);
+  size_t backed = 0;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    if (status[i] == wire::WriteBackStatus::Obsolete || status[i] == wire::WriteBackStatus::NoTarget) {
+      counters_.writeback_abandoned_total++;  // the value moved on, or nowhere to copy it to
+      end_writeback(id);
+      return;
+    }
+    backed += status[i] == wire::WriteBackStatus::Backed;
+  }
+  if (backed < job.keys.size()) return;  // tasks on their way: asked again at next_send
+  counters_.writeback_backed_keys_total += job.keys.size();
+  if (!cfg_.writeback_demote) {  // inclusive write-back: both copies stay
+    end_writeback(id);
+    return;
+  }
+  job.demoting = true;
+  send_demote(id, job, now, out);
+}
+
+// The second phase's answer (Demote, one job per request).
 void OwnerCore::on_writeback_reply(uint64_t id, Envelope& reply_env, Millis now, Outbox& out) {
   auto j = writebacks_.find(id);
   if (j == writebacks_.end()) return;
@@ -108,28 +157,6 @@ void OwnerCore::on_writeback_reply(uint64_t id, Envelope& reply_env, Millis now,
     for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
     job.tokens.clear();
   };
-  if (auto* wr = reply_env.body.AsWriteBackReply()) {
-    if (job.demoting || wr->status.size() != job.keys.size()) return;  // a late reply of the first phase
-    settle_tokens();
-    size_t backed = 0;
-    for (auto st : wr->status) {
-      if (st == wire::WriteBackStatus::Obsolete || st == wire::WriteBackStatus::NoTarget) {
-        counters_.writeback_abandoned_total++;  // the value moved on, or nowhere to copy it to
-        end_writeback(id);
-        return;
-      }
-      backed += st == wire::WriteBackStatus::Backed;
-    }
-    if (backed < job.keys.size()) return;  // tasks on their way: asked again at next_send
-    counters_.writeback_backed_keys_total += job.keys.size();
-    if (!cfg_.writeback_demote) {  // inclusive write-back: both copies stay
-      end_writeback(id);
-      return;
-    }
-    job.demoting = true;
-    send_writeback(id, job, now, out);
-    return;
-  }
   auto* dr = reply_env.body.AsDemoteReply();
   if (!dr || !job.demoting) return;
   settle_tokens();
@@ -164,10 +191,20 @@ void OwnerCore::on_writeback_reply(uint64_t id, Envelope& reply_env, Millis now,
 }
 
 void OwnerCore::retry_writebacks(Millis now, Outbox& out) {
-  std::vector<uint64_t> expired;
+  std::vector<uint64_t> expired, again;
   for (auto& [id, job] : writebacks_) {
     if (now >= job.deadline) expired.push_back(id);
-    else if (now >= job.next_send) send_writeback(id, job, now, out);
+    else if (now >= job.next_send && job.demoting) send_demote(id, job, now, out);
+    else if (now >= job.next_send) again.push_back(id);
+  }
+  if (!again.empty()) send_writeback_batch(again, now, out);
+  for (auto b = writeback_batches_.begin(); b != writeback_batches_.end();) {
+    if (now < b->second.expires) {
+      ++b;
+      continue;
+    }
+    master_tokens_.erase(b->first);  // no reply came: its jobs were (or will be) asked again
+    b = writeback_batches_.erase(b);
   }
   for (uint64_t id : expired) {
     counters_.writeback_abandoned_total++;

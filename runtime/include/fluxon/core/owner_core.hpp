@@ -308,7 +308,7 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kWriteBack };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kWriteBack, kWriteBackBatch };
   // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   Envelope register_request() const;
@@ -362,6 +362,16 @@ class OwnerCore {
   std::map<uint64_t, WriteBackJob> writebacks_;
   std::map<CohortId, uint64_t> writeback_of_;  // cohort -> the job that carries it
   uint64_t next_writeback_ = 1;
+  // The first phase of many jobs travels in one WriteBack (G8's batching for write-back): a batch
+  // remembers its jobs in order, and its reply is split among those still waiting for it.
+  struct WriteBackBatch {
+    std::vector<std::pair<uint64_t, size_t>> jobs;  // (job, its keys in the request)
+    Millis expires = 0;  // no reply by then: forgotten (its jobs are sent again in a new batch)
+  };
+  std::map<uint64_t, WriteBackBatch> writeback_batches_;  // by master token
+  void send_writeback_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox& out);
+  void on_writeback_batch_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
+  void settle_writeback(uint64_t id, const wire::WriteBackStatus* status, Millis now, Outbox& out);
   // A live entry enters the resident index at once and is queued for the hot tier; admit_hot then
   // admits what went live in one reply together and writes back what the hot tier evicts.
   struct HotItem {
@@ -373,7 +383,7 @@ class OwnerCore {
   void index_live(const std::string& key, ResidentRef ref, uint64_t weight, HotBatch& hot);
   void admit_hot(const HotBatch& batch, Millis now, Outbox& out);
   void write_back(const std::vector<std::pair<std::string, ResidentRef>>& evicted, Millis now, Outbox& out);
-  void send_writeback(uint64_t id, WriteBackJob& job, Millis now, Outbox& out);
+  void send_demote(uint64_t id, WriteBackJob& job, Millis now, Outbox& out);
   void on_writeback_reply(uint64_t id, Envelope& reply, Millis now, Outbox& out);
   void end_writeback(uint64_t id);
   void retry_writebacks(Millis now, Outbox& out);
