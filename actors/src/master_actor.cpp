@@ -13,6 +13,7 @@ namespace fluxon::actors {
 namespace {
 
 struct MasterState {
+  MasterState() = default;  // not an aggregate: see OwnerState (CAF constructs states from the actor pointer)
   MasterCore core;
   std::unique_ptr<Metrics> metrics;
   static inline const char* name = "fluxon_master";

@@ -114,7 +114,9 @@ std::unique_ptr<Workers<TransferBatch>> make_fetcher(std::shared_ptr<Segment> se
 }
 
 struct OwnerState {
-  bool flush_queued = false;  // a flush_atom is in the mailbox (G9: leaders wait for it)
+  // Not an aggregate: CAF 0.17 constructs a state from the actor pointer when it can, and C++20's
+  // parenthesized aggregate initialization would let a leading bool take that pointer (as true).
+  OwnerState() = default;
   OwnerConfig::FaultInjection faults;
   std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
@@ -134,10 +136,12 @@ struct OwnerState {
   bool reconnecting = false;
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
+  bool flush_queued = false;  // a flush_atom is in the mailbox (G9: leaders wait for it)
   static inline const char* name = "fluxon_owner";
 };
 
 using Self = caf::stateful_actor<OwnerState>;
+static_assert(!std::is_constructible_v<OwnerState, Self*>, "CAF would build the state from the actor pointer");
 
 void export_metrics(OwnerState& st) {
   if (!st.metrics) return;

@@ -11,6 +11,7 @@ namespace fluxon::actors {
 namespace {
 
 struct SessionState {
+  SessionState() = default;  // not an aggregate: see OwnerState (CAF constructs states from the actor pointer)
   caf::actor owner;
   LinkCallbacks cb;
   static inline const char* name = "fluxon_client_session";
