@@ -249,3 +249,38 @@ TEST_CASE("T1: owner-hot write-back under lost, duplicated and delayed master me
     CHECK(c.master().counters().demoted_keys_total == oc.demoted_keys_total);
   }
 }
+
+TEST_CASE("owner-hot write-back: a TP cohort (the same group of every rank) is written back and demoted together") {
+  OwnerConfig cfg = hot_owner(true);
+  sim::Cluster c(seed_from_env(331), cfg, 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(0);
+  // Rank 0 and rank 1 put their copies of the same pages in separate puts, as two TP ranks do.
+  std::vector<std::vector<std::string>> ranks(2);
+  for (int p = 0; p < 40; ++p)
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> keys;
+      for (int i = 0; i < 4; ++i) keys.push_back("tp" + std::to_string(p) + "-" + std::to_string(i) + "_" + std::to_string(r) + "_2");
+      auto reply = put_start(c, 0, r == 0 ? s0 : s1, keys, 4096, {4});
+      auto* ps = reply.body.AsPutStartReply();
+      REQUIRE(ps);
+      for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], wpattern(keys[i]));
+      REQUIRE(c.call(0, r == 0 ? s0 : s1, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+      ranks[r].insert(ranks[r].end(), keys.begin(), keys.end());
+    }
+  REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().demoted_keys_total > 0; },
+                      60000));
+  c.run_for(200);
+  // Page p's group is here on both ranks or on neither: never one rank's half of a TP cohort.
+  int gone = 0;
+  for (int p = 0; p < 40; ++p) {
+    int here[2] = {0, 0};
+    for (int r = 0; r < 2; ++r)
+      for (int i = 0; i < 4; ++i) here[r] += c.owner(0).local_state(ranks[r][size_t(p * 4 + i)]) == 2;
+    CHECK_MESSAGE(here[0] == here[1], "page group ", p, ": rank 0 has ", here[0], ", rank 1 has ", here[1]);
+    CHECK((here[0] == 0 || here[0] == 4));
+    gone += here[0] == 0;
+  }
+  CHECK(gone > 0);
+  CHECK(c.owner(0).counters().demoted_keys_total == uint64_t(gone) * 8);
+}
