@@ -185,10 +185,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     counters_.routes_published_total++;
     counters_.replicas_published_total++;
     if (item->replica) {  // a replica task for a target-role owner to pull (placement: replica_poll)
-      bool target = false;
-      for (const auto& [node, info] : owners_)
-        if (node != pd.node_id && is_replica_target(node)) target = true;
-      if (!target) {
+      if (!target_besides(pd.node_id)) {
         counters_.replica_tasks_no_target_total++;  // strict roles: no fallback to other owners
       } else {
         if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
@@ -374,9 +371,7 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
   counters_.writeback_requests_total++;
   wire::WriteBackReplyT rep;
   const OwnerInfo& o = owners_[req.node_id];
-  bool target = false;
-  for (const auto& [node, info] : owners_)
-    if (node != req.node_id && is_replica_target(node)) target = true;
+  const bool target = target_besides(req.node_id);
   for (const auto& item : req.items) {
     counters_.writeback_keys_total++;
     const Version v{item->origin_node, item->origin_generation, item->origin_put_id};
@@ -459,6 +454,12 @@ Envelope MasterCore::demote(const wire::DemoteT& req) {
     counters_.removed_with_copies_left_total++;
   }
   return make_envelope(std::move(rep));
+}
+
+bool MasterCore::target_besides(uint32_t node) const {
+  for (const auto& [other, info] : owners_)
+    if (other != node && is_replica_target(other)) return true;
+  return false;
 }
 
 bool MasterCore::is_replica_target(uint32_t node_id) const {

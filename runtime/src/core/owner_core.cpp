@@ -573,8 +573,8 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     on_replica_tasks(*rp, now, out);
   } else if (kind == JobKind::kGet) {
     on_get_job_reply(id, reply_env, now, out);
-  } else if (kind == JobKind::kWriteBack) {
-    on_writeback_reply(id, reply_env, now, out);
+  } else if (kind == JobKind::kDemote) {
+    on_demote_reply(id, reply_env, now, out);
   } else if (kind == JobKind::kWriteBackBatch) {
     on_writeback_batch_reply(token, reply_env, now, out);
   } else if (kind == JobKind::kPublish) {

@@ -13,7 +13,8 @@ namespace fluxon {
 
 void OwnerCore::index_live(const std::string& key, ResidentRef ref, uint64_t weight, HotBatch& hot) {
   (void)resident_.insert(key, ref, weight);
-  if (hot_) hot.push_back({key, ref, weight});
+  // A target-role owner is where write-backs go: it keeps no hot tier of its own.
+  if (hot_ && !replica_target_) hot.push_back({key, ref, weight});
 }
 
 void OwnerCore::admit_hot(const HotBatch& batch, Millis now, Outbox& out) {
@@ -111,7 +112,7 @@ void OwnerCore::send_demote(uint64_t id, WriteBackJob& job, Millis now, Outbox& 
   counters_.writeback_requests_total++;
   job.tokens.push_back(next_master_token_++);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {JobKind::kWriteBack, id};
+  master_tokens_[job.tokens.back()] = {JobKind::kDemote, id};
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), std::move(env)});
 }
 
@@ -149,17 +150,14 @@ void OwnerCore::settle_writeback(uint64_t id, const wire::WriteBackStatus* statu
 }
 
 // The second phase's answer (Demote, one job per request).
-void OwnerCore::on_writeback_reply(uint64_t id, Envelope& reply_env, Millis now, Outbox& out) {
+void OwnerCore::on_demote_reply(uint64_t id, Envelope& reply_env, Millis now, Outbox& out) {
   auto j = writebacks_.find(id);
   if (j == writebacks_.end()) return;
   WriteBackJob& job = j->second;
-  auto settle_tokens = [&] {  // a reply settles every attempt so far; the next one is new
-    for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
-    job.tokens.clear();
-  };
   auto* dr = reply_env.body.AsDemoteReply();
   if (!dr || !job.demoting) return;
-  settle_tokens();
+  for (uint64_t tok : job.tokens) master_tokens_.erase(tok);  // a reply settles every attempt so far
+  job.tokens.clear();
   if (dr->status == wire::DemoteStatus::Busy) return;  // a remote get reads a copy here: asked again
   if (dr->status == wire::DemoteStatus::Kept) {
     counters_.demote_kept_total++;  // the remote copy went first: these copies stay

@@ -129,6 +129,8 @@ class MasterCore {
   Envelope write_back(const wire::WriteBackT& req, Millis now);
   Envelope demote(const wire::DemoteT& req);
   bool is_replica_target(uint32_t node_id) const;
+  // A target-role owner other than `node` is registered (replica tasks have somewhere to go).
+  bool target_besides(uint32_t node) const;
   // A target-role owner other than `source` holds a replica of the route's version.
   bool backed_elsewhere(const Route& r, uint32_t source) const;
 

@@ -308,7 +308,7 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kWriteBack, kWriteBackBatch };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kDemote, kWriteBackBatch };
   // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   Envelope register_request() const;
@@ -355,7 +355,7 @@ class OwnerCore {
     std::vector<Version> versions;
     std::vector<uint64_t> put_ids;
     bool demoting = false;         // every key is backed: the Demote request is out
-    std::vector<uint64_t> tokens;
+    std::vector<uint64_t> tokens;  // the Demote attempts (WriteBack attempts live in writeback_batches_)
     Millis next_send = 0, deadline = 0;
   };
   std::unique_ptr<WeightedCache<std::string, ResidentRef>> hot_;
@@ -384,7 +384,7 @@ class OwnerCore {
   void admit_hot(const HotBatch& batch, Millis now, Outbox& out);
   void write_back(const std::vector<std::pair<std::string, ResidentRef>>& evicted, Millis now, Outbox& out);
   void send_demote(uint64_t id, WriteBackJob& job, Millis now, Outbox& out);
-  void on_writeback_reply(uint64_t id, Envelope& reply, Millis now, Outbox& out);
+  void on_demote_reply(uint64_t id, Envelope& reply, Millis now, Outbox& out);
   void end_writeback(uint64_t id);
   void retry_writebacks(Millis now, Outbox& out);
   // The exact cohort of `cohort`: itself and, with eviction_tp_cohorts, the same group of the other

@@ -753,7 +753,7 @@ class WeightedCache {
         candidates--;
       }
     }
-    s.publish_coldest();
+    if (s.share >= 1.0 && shards_.size() > 1) s.publish_coldest();  // read by borrow() only
   }
 
   template <class Pred>

@@ -79,9 +79,8 @@ class WindowSims {
   uint64_t sample_rate() const { return mask_.load(std::memory_order_relaxed) + 1; }  // 1 in this many keys
   uint64_t epochs() const { return epochs_; }
   uint64_t changes() const { return changes_; }
-  // Entries and bytes simulation i holds now, and its capacity (tests: bounded by the sample).
+  // Entries simulation i holds now, and its capacity (tests: bounded by the sample).
   size_t entries(size_t i) const { return sims_[i].index.size(); }
-  uint64_t held(size_t i) const { return sims_[i].w[0] + sims_[i].w[1] + sims_[i].w[2]; }
   uint64_t capacity(size_t i) const { return sims_[i].cap; }
 
  private:
