@@ -27,7 +27,7 @@ using namespace fluxon::kv;
 
 namespace {
 
-constexpr uint64_t kMagic = 0x4e4c5058554c4621ull;
+constexpr uint64_t kMagic = 0x4658504C414E5631ull;
 
 __global__ void busy_kernel(long long cycles) {
   const long long start = clock64();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -199,11 +200,17 @@ struct KvClient::Impl {
     return c;
   }
 
+  // With max_wait_ms the owner answers every waiting call by then; one more second covers the trip.
+  uint32_t call_timeout_ms() const {
+    return cfg.client.max_wait_ms ? std::min(cfg.client.max_wait_ms + 1000, cfg.client.rpc_timeout_ms)
+                                  : cfg.client.rpc_timeout_ms;
+  }
+
   Result<std::unique_ptr<Envelope>> call(const std::shared_ptr<Conn>& c, Envelope req) {
     flush_acks();
     req.session_id = c->link->info().session_id;
     req.generation = c->generation;
-    auto r = c->link->call(req, cfg.client.rpc_timeout_ms);
+    auto r = c->link->call(req, call_timeout_ms());
     if (!r.ok()) return r;
     Status s = envelope_status(**r);
     if (!s.is_ok()) return s;
@@ -397,6 +404,7 @@ Result<uint64_t> KvClient::local_fast_put_start(const std::vector<std::string>& 
   if (opts.make_replica_task_mask) req.make_replica_task_mask = *opts.make_replica_task_mask;
   if (opts.atomic_group_lens) req.atomic_group_lens = *opts.atomic_group_lens;
   req.lease_id = opts.lease_id.value_or(0);
+  req.max_wait_ms = impl_->cfg.client.max_wait_ms;
   auto r = impl_->call(*c, make_envelope(std::move(req)));
   if (!r.ok()) return r.status();
   auto* rep = (*r)->body.AsPutStartReply();
@@ -406,9 +414,10 @@ Result<uint64_t> KvClient::local_fast_put_start(const std::vector<std::string>& 
   p.is_put = true;
   p.put_id = rep->put_id;
   p.conn = *c;
-  p.blob.reset(new uint64_t[2 + keys.size()]);
+  p.blob.reset(new uint64_t[2 + 2 * keys.size()]);
   p.blob[0] = kPlanMagic;
   p.blob[1] = keys.size();
+  std::fill_n(&p.blob[2 + keys.size()], keys.size(), uint64_t(value_len));
   uint8_t* base = (*c)->mapping->base();
   for (size_t i = 0; i < keys.size(); ++i) {
     if (rep->offsets[i] + uint64_t(value_len) > (*c)->mapping->size())
@@ -466,6 +475,7 @@ Result<std::pair<uint64_t, GetStartResult>> KvClient::get_start(const std::vecto
   req.keys = keys;
   req.prefix_best_effort = prefix_best_effort;
   if (groups) req.atomic_group_lens = *groups;
+  req.max_wait_ms = impl_->cfg.client.max_wait_ms;
   // The owner's TTL starts after this point; ours is half of it, counted from before the send,
   // so a handle is never used after the owner may have released it.
   const auto sent = Clock::now();
@@ -538,7 +548,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
   if (tl == 0) return Status(Code::kKeyNotFound, "get_transfer: nothing to transfer (first key missed)");
   if (h.result.owner_rpc) {
     // Remote keys: the owner answers once they are local (or fails them all), tail dropped there.
-    auto r = impl_->call(h.conn, make_envelope(wire::GetTransferReqT{{}, h.owner_handle, consume}));
+    auto r = impl_->call(h.conn, make_envelope(wire::GetTransferReqT{{}, h.owner_handle, consume, impl_->cfg.client.max_wait_ms}));
     if (!r.ok()) return r.status();
     auto* rep = (*r)->body.AsGetTransferReply();
     if (!rep || rep->offsets.size() != consume || rep->lens.size() != consume || rep->holding_ids.size() != consume)
@@ -550,7 +560,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
   Plan p;
   p.is_put = false;
   p.conn = h.conn;
-  p.blob.reset(new uint64_t[2 + consume]);
+  p.blob.reset(new uint64_t[2 + 2 * size_t(consume)]);
   p.blob[0] = kPlanMagic;
   p.blob[1] = consume;
   uint8_t* base = h.conn->mapping->base();
@@ -560,6 +570,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
       return Status(Code::kInternal, "get_transfer: holding outside the mapped segment");
     }
     p.blob[2 + i] = reinterpret_cast<uint64_t>(base + h.offsets[i]);
+    p.blob[2 + consume + i] = h.lens[i];
     h.conn->ensure_populated(h.offsets[i], h.lens[i]);
   }
   std::vector<uint64_t> tail(h.holdings.begin() + consume, h.holdings.end());
@@ -591,6 +602,40 @@ Status KvClient::release_views(uint64_t plan_ptr) {
   if (!p.ok()) return p.status();
   if (!p->holdings.empty()) impl_->queue_ack(p->conn, 0, std::move(p->holdings), false);
   return Status::ok();
+}
+
+Result<ExistsResult> KvClient::exists_prefix(const std::vector<std::string>& keys,
+                                             const std::optional<std::vector<uint32_t>>& groups,
+                                             uint64_t expected_len) {
+  FLUXON_CALL("exists_prefix");
+  Status s = validate_keys(keys);
+  if (s.is_ok()) s = validate_group_lens(groups, keys.size());
+  if (!s.is_ok()) return s;
+  auto c = impl_->current();
+  if (!c.ok()) return c.status();
+  wire::ExistsReqT req;
+  req.keys = keys;
+  if (groups) req.atomic_group_lens = *groups;
+  req.expected_len = expected_len;
+  req.max_wait_ms = impl_->cfg.client.max_wait_ms;
+  auto r = impl_->call(*c, make_envelope(std::move(req)));
+  if (!r.ok()) return r.status();
+  auto* rep = (*r)->body.AsExistsReply();
+  if (!rep || rep->prefix_len > keys.size() || rep->local_len > rep->prefix_len)
+    return Status(Code::kInternal, "exists_prefix: malformed reply from the owner");
+  return ExistsResult{rep->prefix_len, rep->local_len, rep->master_answered};
+}
+
+Result<uint64_t> KvClient::remove_prefix(const std::string& prefix) {
+  FLUXON_CALL("remove_prefix");
+  if (prefix.empty()) return invalid_argument("prefix: must not be empty (it would remove every value)");
+  auto c = impl_->current();
+  if (!c.ok()) return c.status();
+  auto r = impl_->call(*c, make_envelope(wire::RemovePrefixReqT{{}, prefix}));
+  if (!r.ok()) return r.status();
+  auto* rep = (*r)->body.AsRemovePrefixReply();
+  if (!rep) return Status(Code::kInternal, "remove_prefix: malformed reply from the owner");
+  return rep->removed;
 }
 
 Result<std::map<std::string, uint64_t>> KvClient::stats() {

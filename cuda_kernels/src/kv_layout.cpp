@@ -4,7 +4,7 @@
 
 namespace fluxon::kv {
 
-constexpr uint64_t kPlanMagic = 0x4e4c5058554c4621ull;  // the plan blob ABI (SPEC.md §3)
+constexpr uint64_t kPlanMagic = 0x4658504C414E5631ull;  // the plan blob ABI (SPEC.md §3)
 
 Status KvLayout::validate() const {
   if (layer_num == 0) return invalid_argument("layout.layer_num: must be > 0");

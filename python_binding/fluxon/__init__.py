@@ -17,8 +17,11 @@ from .errors import (Closed, Error, GenerationMismatch, Internal, InvalidArgumen
                      LocalReserveTimeout, MalformedMessage, NoSpace, Timeout)
 from ._fluxon import PLAN_MAGIC, _Client
 
+__version__ = "0.2.0"
+
 __all__ = [
-    "KvClient", "PutOptionalArgs", "GetStartResult", "GetStartHandle", "KvFuture", "plan_pointers", "PLAN_MAGIC",
+    "KvClient", "PutOptionalArgs", "GetStartResult", "GetStartHandle", "KvFuture", "ExistsResult", "plan_pointers",
+    "plan_lengths", "PLAN_MAGIC", "__version__",
     "Error", "InvalidArgument", "KeyConflict", "NoSpace", "LocalReserveTimeout", "KeyNotFound",
     "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal",
 ]
@@ -52,6 +55,16 @@ class GetStartResult:
     leader_keys: int = 0
     remote_keys: int = 0
     sources: bytes = b""  # per key of the prefix: 0 local, 1 joined, 2 leader
+
+
+@dataclass(frozen=True)
+class ExistsResult:
+    """:meth:`KvClient.exists_prefix`: the existing prefix (group-aligned), the part of it held by
+    the attached owner, and whether the master was asked and answered in time."""
+
+    prefix_len: int
+    local_len: int
+    master_answered: bool
 
 
 class GetStartHandle:
@@ -127,12 +140,23 @@ def _check_plan(v) -> int:
     return v
 
 
-def plan_pointers(plan_ptr: int) -> list:
-    """The ``value_ptrs`` of a plan blob (checks the magic)."""
+def _plan_count(plan_ptr: int) -> int:
     hdr = (ctypes.c_uint64 * 2).from_address(_check_plan(plan_ptr))
     if hdr[0] != PLAN_MAGIC:
         raise InvalidArgument(f"plan_ptr: 0x{plan_ptr:x} is not a Fluxon plan blob")
-    return list((ctypes.c_uint64 * hdr[1]).from_address(plan_ptr + 16))
+    return hdr[1]
+
+
+def plan_pointers(plan_ptr: int) -> list:
+    """The ``value_ptrs`` of a plan blob (checks the magic)."""
+    n = _plan_count(plan_ptr)
+    return list((ctypes.c_uint64 * n).from_address(plan_ptr + 16))
+
+
+def plan_lengths(plan_ptr: int) -> list:
+    """The ``value_lens`` that follow the pointers in a plan blob: each value's stored length."""
+    n = _plan_count(plan_ptr)
+    return list((ctypes.c_uint64 * n).from_address(plan_ptr + 16 + 8 * n))
 
 
 class KvClient:
@@ -144,13 +168,18 @@ class KvClient:
     running owner daemon and maps its shared segment (``segment_label == "external_owner:0"``).
     """
 
-    def __init__(self, config=None):
+    def __init__(self, config=None, *, max_wait_ms: Optional[int] = None):
+        """``max_wait_ms``: no call waits longer than this for slots, the master or a remote fetch
+        (overrides the config's ``client.max_wait_ms``)."""
+        wait = 0 if max_wait_ms is None else _check_int("max_wait_ms", max_wait_ms)
+        if not 0 <= wait < 2 ** 32:
+            raise InvalidArgument("max_wait_ms: must be in [0, 2**32)")
         if config is None:
-            self._c = _Client("", False)
+            self._c = _Client("", False, wait)
         elif isinstance(config, (str, os.PathLike)):
-            self._c = _Client(os.fspath(config), True)
+            self._c = _Client(os.fspath(config), True, wait)
         elif isinstance(config, dict):
-            self._c = _Client(json.dumps(config), False)
+            self._c = _Client(json.dumps(config), False, wait)
         else:
             raise InvalidArgument(f"config: expected a path or a dict, got {type(config).__name__}")
 
@@ -209,6 +238,24 @@ class KvClient:
 
     def release_views(self, plan_ptr: int) -> None:
         self._c.release_views(_check_plan(plan_ptr))
+
+    def exists_prefix(self, keys, atomic_group_lens=None, expected_len: int = 0) -> ExistsResult:
+        """How many leading keys exist: the attached owner's index first, then the master's routes
+        for the rest; aligned to the groups. Claims no slot, starts no fetch, pins nothing. With
+        ``expected_len`` a value of another length counts as missing."""
+        keys = _check_keys(keys)
+        groups = _check_int_list("atomic_group_lens", atomic_group_lens)
+        expected_len = _check_int("expected_len", expected_len)
+        if expected_len < 0:
+            raise InvalidArgument("expected_len: must be >= 0")
+        return ExistsResult(**self._c.exists_prefix(keys, groups, expected_len))
+
+    def remove_prefix(self, prefix: str) -> int:
+        """Removes every value the attached owner holds whose key starts with ``prefix`` (routes
+        first; each slot once its last reader is gone). Returns how many."""
+        if not isinstance(prefix, str) or not prefix:
+            raise InvalidArgument("prefix: expected a non-empty str")
+        return self._c.remove_prefix(prefix)
 
     def stats(self) -> dict:
         return dict(self._c.stats())

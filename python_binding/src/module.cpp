@@ -48,9 +48,10 @@ void check(const Status& s) {
 
 class PyClient {
  public:
-  explicit PyClient(const std::string& config_text, bool from_file) {
+  PyClient(const std::string& config_text, bool from_file, uint32_t max_wait_ms) {
     auto cfg = from_file ? load_config_file(config_text) : parse_config_text(config_text);
     if (!cfg.ok()) raise_status(cfg.status());
+    if (max_wait_ms) cfg->client.max_wait_ms = max_wait_ms;
     auto c = released([&] { return KvClient::open(*cfg); });
     client_ = unwrap(std::move(c));
   }
@@ -142,6 +143,12 @@ Status plan_copy(uint64_t plan, const std::vector<uint64_t>& ptrs, const std::ve
   const size_t per_page = sizes.size();
   uint64_t page_bytes = 0;
   for (auto s : sizes) page_bytes += s;
+  // The value lengths follow the pointers: never a partial or an overlong copy.
+  const uint64_t* lens = blob + 2 + blob[1];
+  for (size_t i = 0; i < pages; ++i)
+    if (lens[i] != page_bytes)
+      return invalid_argument("plan value " + std::to_string(i) + " holds " + std::to_string(lens[i]) +
+                              " bytes, the page has " + std::to_string(page_bytes));
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       auto* value = reinterpret_cast<uint8_t*>(blob[2 + i]);
@@ -246,7 +253,8 @@ PYBIND11_MODULE(_fluxon, m) {
       .def_property_readonly("put_id", &KvFuture::put_id);
 
   py::class_<PyClient>(m, "_Client")
-      .def(py::init<const std::string&, bool>())
+      .def(py::init<const std::string&, bool, uint32_t>(), py::arg("config"), py::arg("from_file"),
+           py::arg("max_wait_ms") = 0)
       .def("wait_local_segments_ready",
            [](PyClient& self) {
              auto segs = unwrap(released([&, cl = self.c()] { return cl->wait_local_segments_ready(); }));
@@ -305,6 +313,21 @@ PYBIND11_MODULE(_fluxon, m) {
            })
       .def("release_views",
            [](PyClient& self, uint64_t plan) { check(released([&, cl = self.c()] { return cl->release_views(plan); })); })
+      .def("exists_prefix",
+           [](PyClient& self, std::vector<std::string> keys, py::object groups, uint64_t expected_len) {
+             std::optional<std::vector<uint32_t>> g;
+             if (!groups.is_none()) g = groups.cast<std::vector<uint32_t>>();
+             auto r = unwrap(released([&, cl = self.c()] { return cl->exists_prefix(keys, g, expected_len); }));
+             py::dict d;
+             d["prefix_len"] = r.prefix_len;
+             d["local_len"] = r.local_len;
+             d["master_answered"] = r.master_answered;
+             return d;
+           })
+      .def("remove_prefix",
+           [](PyClient& self, const std::string& prefix) {
+             return unwrap(released([&, cl = self.c()] { return cl->remove_prefix(prefix); }));
+           })
       .def("stats", [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->stats(); })); })
       .def("ping", [](PyClient& self) { check(released([&, cl = self.c()] { return cl->ping(); })); })
       .def("register_segments_with_cuda",

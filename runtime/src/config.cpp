@@ -281,7 +281,8 @@ Result<ClusterConfig> parse_config_text(const std::string& text) {
       }
     }
     if (auto cl = root["client"]) {
-      FLX_TRY(check_keys(cl, "client", {"owner_address", "rpc_timeout_ms"}));
+      FLX_TRY(check_keys(cl, "client", {"owner_address", "rpc_timeout_ms", "max_wait_ms"}));
+      FLX_TRY(get_uint(cl, "max_wait_ms", "client", c.client.max_wait_ms));
       FLX_TRY(get_str(cl, "owner_address", "client", c.client.owner_address));
       FLX_TRY(get_uint(cl, "rpc_timeout_ms", "client", c.client.rpc_timeout_ms));
     }

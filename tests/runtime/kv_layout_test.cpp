@@ -10,7 +10,7 @@ using namespace fluxon;
 using namespace fluxon::kv;
 
 namespace {
-constexpr uint64_t kMagic = 0x4e4c5058554c4621ull;
+constexpr uint64_t kMagic = 0x4658504C414E5631ull;
 
 struct Fixture {
   KvLayout L;

@@ -1,7 +1,14 @@
 """Replica admission for put batches: which atomic groups get a replica task.
 
-Policies (design: "低分 KV 提前 CPU write-back 策略"):
-  - ``eager``: every group.
+Policies (design: "低分 KV 提前 CPU write-back 策略"; the prefix and ratio policies of the
+original Fluxon backend, defined here on what SGLang passes: the page keys and ``prefix_keys``):
+  - ``eager`` / ``eager_all``: every group.
+  - ``prefix_root_only``: groups that start within the first ``root_pages`` pages of the request
+    (depth = ``len(prefix_keys)`` + position in the batch).
+  - ``prefix_depth_ratio``: groups that start in the shallowest ``ratio`` share of the depth known
+    at the batch's end (the most shared part of a prefix tree).
+  - ``prefix_end_depth_ratio``: groups that end in the deepest ``ratio`` share (the newest turn).
+  - ``ratio_only``: a stable ``ratio`` sample of groups (hash of the group's admission identity).
   - ``kv_score_only``: groups whose mean score is >= ``score_threshold``; priority = mean score.
   - ``kv_score_low_only``: groups whose mean score is <= ``score_threshold`` (inclusive);
     priority = 1 - mean score (lowest first).
@@ -24,7 +31,10 @@ from typing import List, Optional, Sequence
 
 from ..errors import InvalidArgument
 
-POLICIES = ("none", "eager", "kv_score_only", "kv_score_low_only")
+POLICIES = ("none", "eager", "eager_all", "prefix_root_only", "prefix_depth_ratio", "prefix_end_depth_ratio",
+            "ratio_only", "kv_score_only", "kv_score_low_only")
+# Policies that rank groups by KV scores: SGLang's storage calls carry none.
+SCORE_POLICIES = ("kv_score_only", "kv_score_low_only")
 
 
 @dataclass
@@ -33,11 +43,14 @@ class AdmissionConfig:
     score_threshold: float = 0.5
     min_replica_pages: int = 0
     max_replica_pages_per_batch: Optional[int] = None
+    ratio: float = 0.5
+    root_pages: int = 128
 
     @classmethod
     def from_dict(cls, d: Optional[dict]) -> "AdmissionConfig":
         d = dict(d or {})
-        unknown = set(d) - {"policy", "score_threshold", "min_replica_pages", "max_replica_pages_per_batch"}
+        unknown = set(d) - {"policy", "score_threshold", "min_replica_pages", "max_replica_pages_per_batch", "ratio",
+                            "root_pages"}
         if unknown:
             raise InvalidArgument(f"replica_task.admission: unknown keys {sorted(unknown)}")
         c = cls(**d)
@@ -53,6 +66,10 @@ class AdmissionConfig:
             raise InvalidArgument("replica_task.admission.min_replica_pages: must be >= 0")
         if self.max_replica_pages_per_batch is not None and int(self.max_replica_pages_per_batch) < 0:
             raise InvalidArgument("replica_task.admission.max_replica_pages_per_batch: must be >= 0")
+        if not 0.0 <= float(self.ratio) <= 1.0:
+            raise InvalidArgument("replica_task.admission.ratio: must be in [0, 1]")
+        if int(self.root_pages) <= 0:
+            raise InvalidArgument("replica_task.admission.root_pages: must be > 0")
 
 
 _RANK_SUFFIX = re.compile(r"_(\d+)_(\d+)(?=($|[._]))")
@@ -80,9 +97,14 @@ def validate_groups(n: int, group_lens: Optional[Sequence[int]]) -> List[int]:
     return list(group_lens)
 
 
+def _unit_hash(identity: str) -> float:
+    return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "little") / 2.0 ** 64
+
+
 def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Optional[Sequence[int]] = None,
-          scores: Optional[Sequence[float]] = None) -> List[bool]:
-    """The per-key replica mask (constant inside every group)."""
+          scores: Optional[Sequence[float]] = None, depth_start: int = 0) -> List[bool]:
+    """The per-key replica mask (constant inside every group). ``depth_start``: pages of the
+    request before ``identities[0]`` (SGLang's ``len(prefix_keys)``)."""
     n = len(identities)
     groups = validate_groups(n, group_lens)
     if config.policy in ("kv_score_only", "kv_score_low_only"):
@@ -95,8 +117,24 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
     chosen = [False] * len(groups)
     if config.policy == "none":
         return [False] * n
-    if config.policy == "eager":
+    if config.policy in ("eager", "eager_all"):
         chosen = [True] * len(groups)
+        priority = [1.0] * len(groups)
+    elif config.policy in ("prefix_root_only", "prefix_depth_ratio", "prefix_end_depth_ratio"):
+        total = depth_start + n
+        first = [depth_start + st for st in starts]
+        end = [f + g for f, g in zip(first, groups)]
+        if config.policy == "prefix_root_only":
+            chosen = [f < int(config.root_pages) for f in first]
+        elif config.policy == "prefix_depth_ratio":
+            chosen = [f < float(config.ratio) * total for f in first]
+        else:
+            chosen = [e > (1.0 - float(config.ratio)) * total for e in end]
+        # Shallower groups first (prefix_end_depth_ratio: deeper first) when a budget applies.
+        priority = [1.0 / (1 + f) for f in first] if config.policy != "prefix_end_depth_ratio" else \
+            [e / (1.0 + total) for e in end]
+    elif config.policy == "ratio_only":
+        chosen = [_unit_hash(identities[st]) < float(config.ratio) for st in starts]
         priority = [1.0] * len(groups)
     else:
         means = [sum(scores[st:st + g]) / g for st, g in zip(starts, groups)]

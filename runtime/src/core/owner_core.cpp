@@ -132,6 +132,8 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   if (auto* p = req.body.AsPutAbortReq()) return put_abort(token, session, p->put_id, out);
   if (auto* p = req.body.AsGetStartReq()) return get_start(token, session, *p, now, out);
   if (auto* p = req.body.AsGetTransferReq()) return get_transfer(token, session, *p, now, out);
+  if (auto* p = req.body.AsExistsReq()) return exists(token, session, *p, now, out);
+  if (auto* p = req.body.AsRemovePrefixReq()) return remove_prefix(token, session, *p, now, out);
   if (req.body.AsMasterStatsReq()) {  // forwarded: clients of a daemon owner have no master link
     const uint64_t tok = next_master_token_++;
     master_tokens_[tok] = {JobKind::kProxy, 0};
@@ -553,6 +555,10 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     }
     return;
   }
+  if (kind == JobKind::kExists) {
+    master_tokens_.erase(t);
+    return on_exists_reply(token, reply_env, out);
+  }
   if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
   if (kind == JobKind::kRegister) {
     master_tokens_.erase(t);
@@ -745,11 +751,15 @@ void OwnerCore::on_master_failure(uint64_t token) {
   if (t == master_tokens_.end()) return;
   counters_.master_failures_total++;
   // A proxied request is answered by the client's own timeout (not retried: it changes nothing).
+  // An exists question is answered with its local prefix at the next tick.
+  if (t->second.first == JobKind::kExists)
+    if (auto e = exists_jobs_.find(token); e != exists_jobs_.end()) e->second.deadline = 0;
 }
 
 void OwnerCore::tick(Millis now, Outbox& out) {
   now_ = now;
   flush_gets(now, out);
+  expire_exists(now, out);
   for (auto& [put_id, job] : publish_) {
     if (now >= job.next_send) {
       counters_.publish_retry_total++;
@@ -797,9 +807,11 @@ void OwnerCore::tick(Millis now, Outbox& out) {
       w.soft_noted = true;
       counters_.reserve_soft_wait_total++;
     }
-    if (now - w.since >= cfg_.hard_timeout_ms) {
+    const uint32_t asked = w.req->body.AsPutStartReq()->max_wait_ms;
+    const uint64_t limit = asked ? std::min<uint64_t>(asked, cfg_.hard_timeout_ms) : cfg_.hard_timeout_ms;
+    if (now - w.since >= limit) {
       counters_.reserve_timeout_total++;
-      Status s(Code::kLocalReserveTimeout, "no slot became free within " + std::to_string(cfg_.hard_timeout_ms) +
+      Status s(Code::kLocalReserveTimeout, "no slot became free within " + std::to_string(limit) +
                                                " ms; pool: " + std::to_string(pool_.counts().free) + " free, " +
                                                std::to_string(pool_.counts().grants) + "/" +
                                                std::to_string(pool_.counts().grant_limit) + " grants");

@@ -22,7 +22,8 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
   counters_.get_start_total++;
   counters_.get_keys_total += n;
   counters_.get_required_keys_total += n;
-  PendingGet pg{token, session, groups, req.prefix_best_effort, std::vector<GetItem>(n), now + cfg_.get_start_wait_ms};
+  const Millis wait = req.max_wait_ms ? std::min<Millis>(req.max_wait_ms, cfg_.get_start_wait_ms) : cfg_.get_start_wait_ms;
+  PendingGet pg{token, session, groups, req.prefix_best_effort, std::vector<GetItem>(n), now + wait};
   GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
   uint64_t batch = 0;
   Session& sess = sessions_[session];
@@ -511,7 +512,8 @@ void OwnerCore::get_transfer(uint64_t token, uint64_t session, const wire::GetTr
   hh.lens.resize(consume);
   hh.transferable_len = consume;
   hh.waiting_token = token;
-  hh.transfer_deadline = now + cfg_.hard_timeout_ms;
+  hh.transfer_deadline = now + (req.max_wait_ms ? std::min<Millis>(req.max_wait_ms, cfg_.hard_timeout_ms)
+                                                : Millis(cfg_.hard_timeout_ms));
   waiting_handles_.insert(req.handle_id);
   try_finish_transfer(req.handle_id, now, out);
 }

@@ -15,7 +15,7 @@
 
 namespace fluxon {
 
-constexpr uint64_t kPlanMagic = 0x4e4c5058554c4621ull;  // "!FLUXPLN" little-endian
+constexpr uint64_t kPlanMagic = 0x4658504C414E5631ull;  // "FXPLANV1" (the original Fluxon kernels check it)
 
 struct PutOptionalArgs {
   bool reject_if_inflight_same_key = true;
@@ -25,6 +25,15 @@ struct PutOptionalArgs {
   std::optional<std::vector<bool>> make_replica_task_mask;
   std::optional<std::vector<uint32_t>> atomic_group_lens;
   std::optional<uint64_t> lease_id;
+};
+
+// exists_prefix: the existing prefix (group-aligned); local_len of it on the attached owner; false
+// master_answered: the master was not asked (every key local, or one owner in the cluster) or did
+// not answer within max_wait_ms, so the remote part counts as missing.
+struct ExistsResult {
+  uint32_t prefix_len = 0;
+  uint32_t local_len = 0;
+  bool master_answered = false;
 };
 
 // The prefix math of PrefixResult, plus where keys[:transferable_len] come from (P2): pinned local
@@ -80,6 +89,14 @@ class KvClient {
   Result<uint64_t> get_transfer(uint64_t handle, std::optional<int64_t> consume_prefix_len = {});
   Status cancel_get_transfer(uint64_t handle);
   Status release_views(uint64_t plan_ptr);
+  // How many leading keys exist (local index, then the master's routes), aligned to the groups;
+  // claims no slot, starts no fetch. expected_len > 0: a value of another length does not count.
+  Result<ExistsResult> exists_prefix(const std::vector<std::string>& keys,
+                                     const std::optional<std::vector<uint32_t>>& group_lens = {},
+                                     uint64_t expected_len = 0);
+  // Removes every value the attached owner holds whose key starts with prefix (routes first, each
+  // slot once its last reader is gone); returns how many. Other owners' copies are not touched.
+  Result<uint64_t> remove_prefix(const std::string& prefix);
   Result<std::map<std::string, uint64_t>> stats();
   // Round trip to the owner that touches no state: the transport's own cost (bench baseline).
   Status ping();

@@ -84,6 +84,10 @@ struct OwnerCounters {
   uint64_t hot_evicted_keys_total = 0, writeback_cohorts_total = 0, writeback_keys_total = 0;
   uint64_t writeback_backed_keys_total = 0, writeback_abandoned_total = 0, writeback_requests_total = 0;
   uint64_t demoted_cohorts_total = 0, demoted_keys_total = 0, demoted_bytes_total = 0, demote_kept_total = 0;
+  // exists: questions, those that asked the master for the rest, those the master did not answer in
+  // time (answered with the local prefix), values whose length was not the one expected.
+  uint64_t exists_total = 0, exists_master_total = 0, exists_master_unanswered_total = 0;
+  uint64_t exists_len_mismatch_total = 0, removed_by_prefix_total = 0;
 };
 
 class OwnerCore {
@@ -249,6 +253,23 @@ class OwnerCore {
   void put_commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
   void put_abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out);
   void get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out);
+  // Questions that change nothing (owner_query.cpp).
+  struct ExistsJob {
+    uint64_t session = 0, token = 0;
+    std::optional<std::vector<uint32_t>> groups;
+    uint64_t expected_len = 0;
+    uint32_t local = 0;              // leading keys found in the local index
+    std::vector<std::string> rest;   // asked of the master
+    Millis deadline = 0;
+  };
+  void exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, Millis now, Outbox& out);
+  void answer_exists(const ExistsJob& job, uint32_t remote, bool master_answered, Outbox& out);
+  void on_exists_reply(uint64_t token, Envelope& reply, Outbox& out);
+  // Answers, with their local prefix, the questions past their deadline (a failed master request
+  // sets it to 0).
+  void expire_exists(Millis now, Outbox& out);
+  void remove_prefix(uint64_t token, uint64_t session, const wire::RemovePrefixReqT& req, Millis now, Outbox& out);
+  std::map<uint64_t, ExistsJob> exists_jobs_;  // by master token
   // Remote gets (owner_get.cpp).
   void decide_get(PendingGet& pg, Millis now, Outbox& out);
   void serve_pending_gets(Millis now, Outbox& out, bool expire);
@@ -308,7 +329,7 @@ class OwnerCore {
   std::deque<Waiter> waiters_;                           // FIFO claim turn
   std::map<uint64_t, PublishJob> publish_;               // put_id -> job
   std::map<uint64_t, RemoveJob> removes_;
-  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kDemote, kWriteBackBatch };
+  enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kDemote, kWriteBackBatch, kExists };
   // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   Envelope register_request() const;

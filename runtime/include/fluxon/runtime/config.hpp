@@ -81,6 +81,10 @@ struct OwnerConfig {
 struct ClientConfig {
   std::string owner_address;        // host:port; empty = embedded mode
   uint32_t rpc_timeout_ms = 60000;
+  // > 0: no call waits longer than this for slots, the master or a remote fetch (the owner answers
+  // Timeout / LocalReserveTimeout / a local-only prefix by then), and no call waits longer than
+  // this plus 1 s for any answer. For callers with a deadline of their own (SGLang's threads).
+  uint32_t max_wait_ms = 0;
 };
 
 struct ClusterConfig {

@@ -1,0 +1,118 @@
+// OwnerCore's questions that change nothing: exists (how long is the existing prefix, local index
+// first, then the master's routes) and remove_prefix (a deployment's values leave this owner).
+// Neither claims a slot nor starts a fetch.
+#include <algorithm>
+
+#include "fluxon/core/owner_core.hpp"
+#include "fluxon/runtime/batch.hpp"
+
+namespace fluxon {
+
+namespace {
+// The longest prefix of `hits` that cuts no group.
+uint32_t aligned_prefix(uint32_t hits, const std::optional<std::vector<uint32_t>>& groups) {
+  if (!groups) return hits;
+  uint32_t edge = 0;
+  for (uint32_t g : *groups) {
+    if (edge + g > hits) break;
+    edge += g;
+  }
+  return edge;
+}
+}  // namespace
+
+void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, Millis now, Outbox& out) {
+  std::optional<std::vector<uint32_t>> groups;
+  if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
+  Status st = validate_keys(req.keys);
+  if (st.is_ok()) st = validate_group_lens(groups, req.keys.size());
+  if (!st.is_ok()) return reply_error(session, token, st, out);
+  counters_.exists_total++;
+  const uint32_t n = uint32_t(req.keys.size());
+  uint32_t local = 0;
+  for (; local < n; ++local) {
+    auto it = index_.find(req.keys[local]);
+    if (it == index_.end()) break;
+    if (req.expected_len && it->second.len != req.expected_len) {
+      counters_.exists_len_mismatch_total++;
+      break;
+    }
+  }
+  ExistsJob job{session, token, std::move(groups), req.expected_len, local, {}, 0};
+  if (local == n || alone()) return answer_exists(job, 0, false, out);
+  // The rest is asked of the master in one Lookup (nothing there is pinned or fetched).
+  counters_.exists_master_total++;
+  job.rest.assign(std::make_move_iterator(req.keys.begin() + local), std::make_move_iterator(req.keys.end()));
+  const Millis wait = req.max_wait_ms ? std::min<Millis>(req.max_wait_ms, cfg_.master_rpc_timeout_ms)
+                                      : Millis(cfg_.master_rpc_timeout_ms);
+  job.deadline = now + wait;
+  const uint64_t tok = next_master_token_++;
+  wire::LookupT lk;
+  lk.keys = job.rest;
+  master_tokens_[tok] = {JobKind::kExists, tok};
+  exists_jobs_.emplace(tok, std::move(job));
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(lk))});
+}
+
+void OwnerCore::answer_exists(const ExistsJob& job, uint32_t remote, bool master_answered, Outbox& out) {
+  wire::ExistsReplyT r;
+  r.prefix_len = aligned_prefix(job.local + remote, job.groups);
+  r.local_len = std::min(r.prefix_len, job.local);
+  r.master_answered = master_answered;
+  reply(OwnerOut::Kind::kReply, job.session, job.token, make_envelope(std::move(r)), out);
+}
+
+void OwnerCore::on_exists_reply(uint64_t token, Envelope& reply_env, Outbox& out) {
+  auto it = exists_jobs_.find(token);
+  if (it == exists_jobs_.end()) return;
+  const ExistsJob& job = it->second;
+  uint32_t remote = 0;
+  bool answered = false;
+  if (auto* rep = reply_env.body.AsLookupReply(); rep && rep->routes.size() == job.rest.size()) {
+    answered = true;
+    for (const auto& r : rep->routes) {
+      if (!r || !r->found) break;
+      if (job.expected_len && r->len != job.expected_len) {
+        counters_.exists_len_mismatch_total++;
+        break;
+      }
+      remote++;
+    }
+  } else {
+    counters_.exists_master_unanswered_total++;
+  }
+  answer_exists(job, remote, answered, out);
+  exists_jobs_.erase(it);
+}
+
+void OwnerCore::expire_exists(Millis now, Outbox& out) {
+  for (auto it = exists_jobs_.begin(); it != exists_jobs_.end();) {
+    if (now < it->second.deadline) {
+      ++it;
+      continue;
+    }
+    // The master did not answer in time: the local prefix is what is known to exist.
+    counters_.exists_master_unanswered_total++;
+    answer_exists(it->second, 0, false, out);
+    master_tokens_.erase(it->first);
+    it = exists_jobs_.erase(it);
+  }
+}
+
+void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::RemovePrefixReqT& req, Millis now,
+                              Outbox& out) {
+  if (req.prefix.empty())
+    return reply_error(session, token, invalid_argument("prefix: must not be empty (it would remove every value)"),
+                       out);
+  std::vector<std::string> keys;
+  for (const auto& [k, e] : index_)
+    if (k.size() >= req.prefix.size() && k.compare(0, req.prefix.size(), req.prefix) == 0) keys.push_back(k);
+  // Route first, then the slot once its last holder is gone (S2): the path of every removal.
+  for (const auto& k : keys) remove_key(k, now, out);
+  counters_.removed_by_prefix_total += keys.size();
+  wire::RemovePrefixReplyT r;
+  r.removed = keys.size();
+  reply(OwnerOut::Kind::kReply, session, token, make_envelope(std::move(r)), out);
+}
+
+}  // namespace fluxon
