@@ -2,6 +2,7 @@
 // request/reply calls from the caller's thread. Embedded mode spawns the master and owner actors
 // in this process; external mode reaches the owner as a CAF remote actor.
 #include <cstdio>
+#include <thread>
 
 #include "caf_types.hpp"
 #include "fluxon/actors/runtime.hpp"
@@ -51,12 +52,24 @@ class CafOwnerLink final : public OwnerLink {
     session_ = caf::actor{};
     embedded_owner_ = caf::actor{};
     embedded_master_ = caf::actor{};
-    sys_.reset();
+    // An actor system whose peer died may take long to stop (CAF waits for its connection actors);
+    // the caller of the call that replaced this link never waits for that: it stops on a thread
+    // of its own. Embedded systems stop here (their owner's segment must be gone on return).
+    if (embedded_master_stopped_here_) {
+      sys_.reset();
+    } else {
+      // The system refers to its config: both go to the thread, system first.
+      std::thread([sys = std::move(sys_), cfg = std::move(cfg_)]() mutable {
+        sys.reset();
+        cfg.reset();
+      }).detach();
+    }
   }
 
   Status open(const ClusterConfig& cfg, LinkCallbacks cb) {
-    configure(cfg_, !cfg.embedded());
-    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    cfg_ = std::make_unique<caf::actor_system_config>();
+    configure(*cfg_, !cfg.embedded());
+    sys_ = std::make_unique<caf::actor_system>(*cfg_);
     timeout_ms_ = cfg.client.rpc_timeout_ms;
     if (cfg.embedded()) {
       auto ocfg = cfg.owner(0);
@@ -67,6 +80,7 @@ class CafOwnerLink final : public OwnerLink {
       if (!embedded_owner_) return Status(Code::kInternal, "embedded owner: " + err);
       owner_ = embedded_owner_;
       info_.embedded = true;
+      embedded_master_stopped_here_ = true;
     } else {
       const auto& addr = cfg.client.owner_address;
       auto colon = addr.rfind(':');
@@ -135,11 +149,12 @@ class CafOwnerLink final : public OwnerLink {
     return reply;
   }
 
-  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system_config> cfg_;  // declared first: destroyed after sys_
   std::unique_ptr<caf::actor_system> sys_;
   caf::actor owner_, session_, embedded_owner_, embedded_master_;
   LinkInfo info_;
   uint32_t timeout_ms_ = 60000;
+  bool embedded_master_stopped_here_ = false;
 };
 
 }  // namespace

@@ -40,7 +40,8 @@ def wait_port(port: int, proc=None, timeout=15.0) -> None:
 class Cluster:
     """A master and owners as real processes, started from a generated config file."""
 
-    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra="", metrics: bool = False):
+    def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra="", metrics: bool = False,
+                 dram: str = "256MiB"):
         """owner_extra: config lines added to every owner, or a list of them, one per owner."""
         self.name = name
         self.master_port = free_port()
@@ -52,7 +53,7 @@ class Cluster:
                  f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}}}", "owners:"]
         for i, (p, mp) in enumerate(zip(self.owner_ports, self.owner_metrics)):
             lines += [f"  - node_id: {i + 1}", f"    port: {p}", f"    metrics_port: {mp}",
-                      "    contribute_to_cluster_pool_size: {dram: 256MiB}",
+                      f"    contribute_to_cluster_pool_size: {{dram: {dram}}}",
                       "    local_reserve_grant_bytes: 16MiB"]
             extra = owner_extra[i] if isinstance(owner_extra, list) else owner_extra
             lines += [f"    {l}" for l in extra.splitlines() if l.strip()]
@@ -93,6 +94,12 @@ class Cluster:
         if self.master and self.master.poll() is None:
             self.master.send_signal(signal.SIGTERM)
             self.master.wait(timeout=10)
+
+    def client_config_file(self, i: int = 0) -> str:
+        """The client config a user writes for an SGLang worker of owner i (a YAML file)."""
+        path = self.logs / f"client-{self.name}-{i}.yaml"
+        path.write_text(f"cluster_name: {self.name}\nclient: {{owner_address: 127.0.0.1:{self.owner_ports[i]}}}\n")
+        return str(path)
 
     def client_config(self, i: int = 0) -> dict:
         return {"cluster_name": self.name, "client": {"owner_address": f"127.0.0.1:{self.owner_ports[i]}",

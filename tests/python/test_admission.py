@@ -8,7 +8,9 @@ from fluxon.sglang.admission import AdmissionConfig, admission_identity, admit
 
 
 def ids(n, rank=0, size=2):
-    cfg = HiCacheStorageConfig(tp_rank=rank, tp_size=size, model_name="m")
+    cfg = HiCacheStorageConfig(tp_rank=rank, tp_size=size, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                               is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+                               model_name="m")
     return [admission_identity(storage_key("p", f"h{i}", cfg), rank, size) for i in range(n)]
 
 
@@ -68,3 +70,14 @@ def test_validation():
         admit(ids(2), AdmissionConfig("kv_score_only"), [2], None)
     with pytest.raises(fluxon.InvalidArgument):
         admit(ids(2), AdmissionConfig("eager"), [True, 1])
+
+
+def test_prefix_and_ratio_policies_decide_whole_groups_from_depth_and_identity():
+    root = admit(ids(6), AdmissionConfig("prefix_root_only", root_pages=3), [2, 2, 2])
+    assert root == [True, True, True, True, False, False]  # groups starting at depth 0 and 2
+    assert admit(ids(6), AdmissionConfig("prefix_root_only", root_pages=3), [2, 2, 2], depth_start=10) == [False] * 6
+    end = admit(ids(6), AdmissionConfig("prefix_end_depth_ratio", ratio=0.25), [2, 2, 2], depth_start=2)
+    assert end == [False, False, False, False, True, True]  # ends past 0.75 * 8 = 6
+    sample = admit(ids(400, size=2), AdmissionConfig("ratio_only", ratio=0.3))
+    assert 80 < sum(sample) < 160
+    assert sample == admit(ids(400, rank=1, size=2), AdmissionConfig("ratio_only", ratio=0.3))  # TP-invariant

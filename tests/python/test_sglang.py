@@ -1,179 +1,372 @@
-"""fluxon.sglang: the HiCache storage backend against stand-ins of SGLang's host pools written
-from its published interfaces (get_page_buffer_meta of page_first, page_first_direct,
-layer_first and MLA pools)."""
+"""fluxon.sglang against SGLang's interface, driven the way SGLang drives it (sglang_harness.py):
+real torch host pools with SGLang's geometry, the dynamic loader, the controller's threads."""
 
-import ctypes
-import importlib
 import random
+import signal
+import time
 
 import pytest
 
-import fluxon
-from fluxon.sglang import FluxonHiCacheStorage, HiCacheStorage, HiCacheStorageConfig, storage_key
+torch = pytest.importorskip("torch")
+
+import fluxon  # noqa: E402
+from fluxon.sglang import (FluxonHiCacheStorage, HiCacheStorage, PoolHitPolicy, PoolName,  # noqa: E402
+                           PoolTransfer, StorageMetrics)
+from sglang_harness import (Controller, MHAHostPool, MLAHostPool, StateHostPool, dynamic_extra,  # noqa: E402
+                            fill_page, load_backend, page_bytes, page_indices, storage_config)
+
+from conftest import Cluster, free_port  # noqa: E402
 
 
-class HostPool:
-    """A host KV pool of `pages` pages; indices are token slots, as SGLang passes them."""
-
-    def __init__(self, layout, pages=16, page_size=4, layers=3, heads=2, dim=8, dtype_size=2, mla=False):
-        self.layout, self.page_size, self.layer_num = layout, page_size, layers
-        self.mla = mla
-        self.per_token = heads * dim * dtype_size  # one layer, K or V
-        self.tokens = pages * page_size
-        parts = 1 if mla else 2
-        self.buf = (ctypes.c_uint8 * (parts * self.tokens * layers * self.per_token))()
-        self.base = ctypes.addressof(self.buf)
-
-    def fill(self, seed):
-        rng = random.Random(seed)
-        ctypes.memmove(self.base, bytes(rng.randrange(256) for _ in range(len(self.buf))), len(self.buf))
-
-    def get_page_buffer_meta(self, indices):
-        ptrs, sizes = [], []
-        L, P, T, item = self.layer_num, self.page_size, self.tokens, self.per_token
-        for first in list(indices)[::P]:
-            page = first // P
-            if self.mla:  # [token][layer][kv_dim]
-                ptrs.append(self.base + first * L * item)
-                sizes.append(P * L * item)
-            elif self.layout == "page_first":  # [K|V][token][layer][head][dim]
-                k = self.base + first * L * item
-                ptrs += [k, k + T * L * item]
-                sizes += [P * L * item] * 2
-            elif self.layout == "page_first_direct":  # [K|V][page][layer][token in page][head][dim]
-                k = self.base + page * L * P * item
-                ptrs += [k, k + T * L * item]
-                sizes += [L * P * item] * 2
-            else:  # layer_first: [K|V][layer][token][head][dim]: 2 objects per layer
-                for layer in range(L):
-                    k = self.base + (layer * T + first) * item
-                    ptrs += [k, k + L * T * item]
-                    sizes += [P * item] * 2
-        return ptrs, sizes
-
-    def page_bytes(self, page):
-        ptrs, sizes = self.get_page_buffer_meta(list(range(page * self.page_size, (page + 1) * self.page_size)))
-        return b"".join(ctypes.string_at(p, s) for p, s in zip(ptrs, sizes))
+def tag():
+    return f"t{random.randrange(1 << 30)}"
 
 
-def cfg(tp_rank=0, tp_size=1, mla=False, **extra):
-    return HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
-                                attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
-                                is_page_first_layout=True, model_name="Qwen/Qwen3-8B", extra_config=extra)
+def mha(layout="page_first", pages=64, dtype=torch.bfloat16, heads=2):
+    return MHAHostPool(layout, pages=pages, page_size=16, layer_num=3, head_num=heads, head_dim=32, dtype=dtype)
 
 
-def indices(pages, page_size):
-    return [p * page_size + t for p in pages for t in range(page_size)]
+def backend(cluster, pool, tp_rank=0, tp_size=1, mla=False, t=None, **more):
+    extra = dynamic_extra(cluster.client_config_file(), extra_backend_tag=t, **more)
+    return load_backend(storage_config(tp_rank, tp_size, mla=mla, layout=pool.layout, extra=extra), pool)
 
 
-def test_dynamic_loading_contract(shared_cluster):
-    mod = importlib.import_module("fluxon.sglang")
-    cls = getattr(mod, "FluxonHiCacheStorage")
-    store = cls(cfg(), {"backend_name": "fluxon", "interface_v1": True,
-                        "fluxon_config": shared_cluster.client_config()})
-    assert isinstance(store, HiCacheStorage)
-    assert store.batch_exists(["nothing-here"]) == 0
-    store.close()
+# -- loading and configuration -----------------------------------------------------------------------
+def test_loads_by_dynamic_config_with_sglang_keys(shared_cluster):
+    pool = mha()
+    b = load_backend(storage_config(extra=dynamic_extra(shared_cluster.client_config_file(),
+                                                        prefetch_threshold=256, tp_lcm_size=None)), pool)
+    assert isinstance(b, HiCacheStorage) and isinstance(b, FluxonHiCacheStorage)
+    assert b.batch_exists(["nothing-here"]) == 0
+    b.close()
 
 
-def test_storage_key_scheme():
-    c = cfg(tp_rank=1, tp_size=2)
-    assert storage_key("sglang", "abc", c) == "sglang:abc_Qwen-Qwen3-8B_1_2"
-    assert storage_key("p", "abc", c, component="mamba", extra_backend_tag="exp7") == "p:abc.mamba_Qwen-Qwen3-8B_1_2_exp7"
-    assert storage_key("p", "abc", cfg(tp_rank=1, tp_size=2, mla=True)) == "p:abc_Qwen-Qwen3-8B"
+@pytest.mark.parametrize("extra,named", [
+    ({"fluxon_cfg": "/x.yaml"}, "fluxon_cfg"),
+    ({"fluxon_config": None}, "fluxon_config"),
+    ({"replica_task": {"enabled": True, "admission": {"policy": "kv_score_only"}}}, "SGLang's storage calls carry"),
+    ({"replica_task": {"enabled": True, "admission": {"policy": "maybe"}}}, "replica_task.admission.policy"),
+    ({"call_timeout_s": 0}, "call_timeout_s"),
+])
+def test_construction_refuses_in_words(shared_cluster, extra, named):
+    e = dynamic_extra(shared_cluster.client_config_file())
+    e.update(extra)
+    if e.get("fluxon_config") is None:
+        e.pop("fluxon_config")
+    with pytest.raises(fluxon.InvalidArgument, match=named.replace(".", r"\.").replace("'", ".")):
+        FluxonHiCacheStorage(storage_config(extra=e), {})
 
 
-@pytest.mark.parametrize("layout,mla", [("page_first", False), ("page_first_direct", False),
-                                        ("layer_first", False), ("page_first", True)])
-def test_set_then_get_bit_exact_in_a_fresh_client(shared_cluster, layout, mla):
-    tag = f"{layout}{mla}{random.random()}"
-    writer = FluxonHiCacheStorage(cfg(mla=mla), {"fluxon_config": shared_cluster.client_config(),
-                                                 "extra_backend_tag": tag})
-    src = HostPool(layout, mla=mla)
-    src.fill(1)
-    writer.register_mem_pool_host(src)
-    hashes = [f"h{i}" for i in range(6)]
-    pages = [3, 9, 0, 14, 7, 5]
-    assert writer.batch_set_v1(hashes, indices(pages, 4)) == [True] * 6
-    assert writer.batch_set_v1(hashes, indices(pages, 4)) == [True] * 6  # duplicates: already stored
-    writer.close()
-
-    reader = FluxonHiCacheStorage(cfg(mla=mla), {"fluxon_config": shared_cluster.client_config(),
-                                                 "extra_backend_tag": tag})
-    dst = HostPool(layout, mla=mla)
-    reader.register_mem_pool_host(dst)
-    assert reader.batch_exists(hashes + ["missing"]) == 6
-    assert reader.batch_exists(["missing"] + hashes) == 0
-    into = [1, 2, 4, 6, 8, 10]
-    got = reader.batch_get_v1(hashes[:4] + ["missing"] + hashes[4:], indices(into[:4] + [11] + into[4:], 4))
-    assert got == [True] * 4 + [False] * 3  # prefix semantics: nothing past the first miss
-    for h_page, d_page in zip(pages[:4], into[:4]):
-        assert dst.page_bytes(d_page) == src.page_bytes(h_page)
-    assert dst.page_bytes(11) == bytes(len(dst.page_bytes(11)))  # untouched
-    stats = reader.get_stats()
-    assert stats["get_pages"] == 4 and stats["fluxon_holders"] == 0
-    reader.close()
+def test_embedded_only_on_purpose():
+    e = dynamic_extra(None, fluxon_embedded=True)
+    e.pop("fluxon_config")
+    b = FluxonHiCacheStorage(storage_config(extra=e), {})
+    b.register_mem_pool_host(mha())
+    assert b.batch_set_v1(["e0"], page_indices(b.mem_pool_host, [1])) == [True]
+    b.close()
 
 
-def test_mla_only_rank0_writes_and_every_rank_reads(shared_cluster):
-    tag = f"mla{random.random()}"
-    conf = {"fluxon_config": shared_cluster.client_config(), "extra_backend_tag": tag}
-    r1 = FluxonHiCacheStorage(cfg(tp_rank=1, tp_size=2, mla=True), conf)
-    pool = HostPool("page_first", mla=True)
-    pool.fill(3)
-    r1.register_mem_pool_host(pool)
-    assert r1.batch_set_v1(["m0"], indices([2], 4)) == [True]
-    assert r1.batch_exists(["m0"]) == 0  # rank 1 wrote nothing
-    r0 = FluxonHiCacheStorage(cfg(tp_rank=0, tp_size=2, mla=True), conf)
-    r0.register_mem_pool_host(pool)
-    assert r0.batch_set_v1(["m0"], indices([2], 4)) == [True]
-    assert r1.batch_exists(["m0"]) == 1  # the same key for every rank
-    dst = HostPool("page_first", mla=True)
-    r1.register_mem_pool_host(dst)
-    assert r1.batch_get_v1(["m0"], indices([5], 4)) == [True]
-    assert dst.page_bytes(5) == pool.page_bytes(2)
-    r0.close()
-    r1.close()
+# -- bytes: every layout, bit-exact, through the controller's threads ---------------------------------------
+POOLS = [("mha", "layer_first"), ("mha", "page_first"), ("mha", "page_first_direct"), ("mha", "page_head"),
+         ("mla", "layer_first"), ("mla", "page_first"), ("mla", "page_first_direct")]
 
 
-def test_legacy_interface(shared_cluster):
-    s = FluxonHiCacheStorage(cfg(), {"fluxon_config": shared_cluster.client_config(),
-                                     "extra_backend_tag": f"legacy{random.random()}"})
-    assert s.set("a", b"x" * 100)
-    assert s.batch_set(["b", "c"], [b"y" * 50, b"z" * 70])
-    assert s.exists("a") and not s.exists("nope")
-    assert s.batch_exists(["a", "b", "c", "d"]) == 3
-    assert s.get("a", target_sizes=100) == b"x" * 100
-    assert s.batch_get(["b", "c"], target_sizes=[50, 70]) == [b"y" * 50, b"z" * 70]
-    buf = ctypes.create_string_buffer(70)
-    assert s.batch_get(["c", "nope"], [ctypes.addressof(buf), 0], [70, 1]) == [True, None]
-    assert buf.raw == b"z" * 70
-    assert s.set("a", b"x" * 100)  # already stored is success
-    s.clear()
-    assert s.get_stats()["fluxon_holders"] == 0
-    s.close()
+def make_pool(kind, layout, pages=300):
+    if kind == "mla":
+        return MLAHostPool(layout, pages=pages, page_size=16, layer_num=3, kv_cache_dim=72)
+    return mha(layout, pages=pages)
 
 
-def test_requires_a_registered_pool(shared_cluster):
-    s = FluxonHiCacheStorage(cfg(), {"fluxon_config": shared_cluster.client_config()})
-    with pytest.raises(fluxon.InvalidArgument):
-        s.batch_set_v1(["x"], [0, 1, 2, 3])
-    s.close()
+@pytest.mark.parametrize("kind,layout", POOLS)
+def test_backup_then_prefetch_bit_exact_every_layout(shared_cluster, kind, layout):
+    t = tag()
+    src = make_pool(kind, layout)
+    hashes = [f"{t}-{i:04x}" for i in range(140)]  # two batches (128 + 12)
+    pages = random.Random(1).sample(range(300), 140)
+    want = {h: fill_page(src, p, h) for h, p in zip(hashes, pages)}
+    w = backend(shared_cluster, src, mla=kind == "mla", t=t)
+    ctl = Controller(w, src)
+    assert ctl.backup(hashes, pages) == 140
+    w.close()
+
+    dst = make_pool(kind, layout)
+    r = backend(shared_cluster, dst, mla=kind == "mla", t=t)
+    into = list(range(150, 290))
+    assert Controller(r, dst).prefetch(hashes + [f"{t}-missing"], into + [299]) == 140
+    for h, p in zip(hashes, into):
+        assert page_bytes(dst, p) == want[h]
+    m = r.get_stats()
+    assert isinstance(m, StorageMetrics) and sum(m.prefetch_pgs) == 140 and min(m.prefetch_bandwidth) > 0
+    assert r.get_stats().prefetch_pgs == []  # a window, cleared on read
+    assert not ctl.thread_errors
+    r.close()
 
 
-def test_replica_admission_is_carried_into_the_put(shared_cluster):
-    s = FluxonHiCacheStorage(cfg(), {"fluxon_config": shared_cluster.client_config(),
-                                     "extra_backend_tag": f"adm{random.random()}",
-                                     "replica_task": {"enabled": True, "admission": {
-                                         "policy": "kv_score_low_only", "score_threshold": 0.5}}})
-    pool = HostPool("page_first")
-    pool.fill(4)
-    s.register_mem_pool_host(pool)
-    from fluxon.sglang import HiCacheStorageExtraInfo
-    info = HiCacheStorageExtraInfo(extra_info={"kv_scores": [0.1, 0.9, 0.5]})
-    assert s.batch_set_v1(["r0", "r1", "r2"], indices([0, 1, 2], 4), info) == [True] * 3
-    assert s.get_stats()["replica_admitted_pages"] == 2
-    with pytest.raises(fluxon.InvalidArgument):
-        FluxonHiCacheStorage(cfg(), {"fluxon_config": shared_cluster.client_config(),
-                                     "replica_task": {"enabled": True, "admission": {"policy": "maybe"}}})
-    s.close()
+def test_split_heads_share_pages_across_tp_sizes(shared_cluster):
+    """TP=2 with tp_lcm_size=4 stores one value per head group; TP=4 ranks read them as their own."""
+    t = tag()
+    hashes = [f"{t}-{i}" for i in range(5)]
+    wrote = {}
+    for rank in range(2):
+        pool = MHAHostPool("page_head", pages=8, page_size=16, layer_num=3, head_num=2, head_dim=32)
+        for i, h in enumerate(hashes):
+            fill_page(pool, i, f"{h}/{rank}")
+        cfg = storage_config(rank, 2, layout="page_head", tp_lcm_size=4, should_split_heads=True,
+                             extra=dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t))
+        b = load_backend(cfg, pool)
+        assert b.batch_set_v1(hashes, page_indices(pool, list(range(5)))) == [True] * 5
+        ptrs, sizes = pool.get_split_heads_page_buffer_meta(page_indices(pool, [0]), 2)
+        import ctypes
+        for j in range(2):  # head group j of page 0: K then V
+            wrote[rank * 2 + j] = ctypes.string_at(ptrs[2 * j], sizes[0]) + ctypes.string_at(ptrs[2 * j + 1], sizes[0])
+        b.close()
+    for rank in range(4):
+        pool = MHAHostPool("page_head", pages=8, page_size=16, layer_num=3, head_num=1, head_dim=32)
+        cfg = storage_config(rank, 4, layout="page_head", tp_lcm_size=4, should_split_heads=False,
+                             extra=dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t))
+        b = load_backend(cfg, pool)
+        assert b.batch_exists(hashes) == 5
+        assert b.batch_get_v1(hashes[:1], page_indices(pool, [3])) == [True]
+        assert page_bytes(pool, 3) == wrote[rank]
+        b.close()
+
+
+# -- keys pin the bytes -------------------------------------------------------------------------------
+@pytest.mark.parametrize("other", [dict(layout="page_first_direct"), dict(dtype=torch.float16),
+                                   dict(heads=4), dict(model="other/model")])
+def test_deployments_differing_in_layout_dtype_or_model_share_nothing(shared_cluster, other):
+    t = tag()
+    a = mha()
+    fill_page(a, 0, "x")
+    wa = backend(shared_cluster, a, t=t)
+    assert wa.batch_set_v1([f"{t}h"], page_indices(a, [0])) == [True]
+    b = mha(layout=other.get("layout", "page_first"), dtype=other.get("dtype", torch.bfloat16),
+            heads=other.get("heads", 2))
+    extra = dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t)
+    wb = load_backend(storage_config(model=other.get("model", "Qwen/Qwen3-8B"), layout=b.layout, extra=extra), b)
+    assert wb.batch_exists([f"{t}h"]) == 0
+    assert wb.batch_get_v1([f"{t}h"], page_indices(b, [1])) == [False]
+    wa.close()
+    wb.close()
+
+
+def test_a_stored_value_of_another_length_is_a_miss(shared_cluster):
+    t = tag()
+    pool = mha()
+    b = backend(shared_cluster, pool, t=t)
+    key = b.storage_keys([f"{t}h"])[0]
+    c = fluxon.KvClient(shared_cluster.client_config())
+    plan = c.local_fast_put_start([key], 4096)  # the right key, the wrong length
+    c.local_fast_put_commit(plan).result(5)
+    assert b.batch_exists([f"{t}h"]) == 0
+    before = page_bytes(pool, 2)
+    assert b.batch_get_v1([f"{t}h"], page_indices(pool, [2])) == [False]
+    assert page_bytes(pool, 2) == before  # no partial copy
+    assert b.fluxon_stats()["counters"]["get_len_mismatch"] == 1
+    c.close()
+    b.close()
+
+
+# -- existence is one cheap question -------------------------------------------------------------------
+def test_exists_claims_no_slot_and_starts_no_fetch(tmp_path):
+    cl = Cluster(tmp_path, f"ex{free_port()}", owners=2).start()
+    try:
+        t = tag()
+        p1, p2 = mha(), mha()
+        w = backend(cl, p1, t=t)
+        hashes = [f"{t}-{i}" for i in range(20)]
+        for i, h in enumerate(hashes):
+            fill_page(p1, i, h)
+        assert w.batch_set_v1(hashes, page_indices(p1, list(range(20)))) == [True] * 20
+        assert w.flush(5)
+        extra = dynamic_extra(cl.client_config_file(1), extra_backend_tag=t)
+        r = load_backend(storage_config(extra=extra), p2)
+        before, mbefore = r.client.stats(), r.client.master_stats()
+        assert r.batch_exists(hashes + [f"{t}-none"]) == 20  # from the master's routes
+        after, mafter = r.client.stats(), r.client.master_stats()
+        for k in ("slots_prepared", "slots_committed", "grants", "holders", "owner_active_get_handles"):
+            assert after[k] == before[k], k
+        assert mafter["get_started_total"] == mbefore["get_started_total"]  # no remote fetch began
+        # The read that follows does fetch them (L3).
+        assert r.batch_get_v1(hashes[:4], page_indices(p2, [30, 31, 32, 33])) == [True] * 4
+        assert page_bytes(p2, 31) == page_bytes(p1, 1)
+        w.close()
+        r.close()
+    finally:
+        cl.stop()
+
+
+# -- hybrid pools (v2) -----------------------------------------------------------------------------------
+def test_v2_hybrid_pools_all_and_trailing_hit_policies(shared_cluster):
+    t = tag()
+    kv, state, idx = mha(), StateHostPool(64, 96, 40), MLAHostPool("page_first", 64, 16, 3, 8)
+    b = backend(shared_cluster, kv, t=t)
+    for name, pool in ((PoolName.KV, kv), (PoolName.MAMBA, state), (PoolName.INDEXER, idx)):
+        b.register_mem_host_pool_v2(pool, name)
+    hashes = [f"{t}-{i}" for i in range(10)]
+    for i, h in enumerate(hashes):
+        fill_page(kv, i, h)
+        fill_page(idx, i, h + "i")
+    for i in range(10):
+        fill_page(state, i, f"{hashes[i]}s")
+    assert b.batch_set_v1(hashes, page_indices(kv, list(range(10)))) == [True] * 10
+    res = b.batch_set_v2([PoolTransfer(PoolName.INDEXER, page_indices(idx, list(range(10))), keys=hashes),
+                          # the Mamba states of pages 5, 6 and 9 only (ends of radix nodes)
+                          PoolTransfer(PoolName.MAMBA, page_indices(state, [5, 6]), keys=hashes[5:7]),
+                          PoolTransfer(PoolName.MAMBA, page_indices(state, [9]), keys=[hashes[9]])])
+    assert res[PoolName.INDEXER] == [True] * 10 and res[PoolName.MAMBA] == [True]  # the last MAMBA transfer
+
+    def q(transfers):
+        return b.batch_exists_v2(hashes, transfers)
+    r = q([PoolTransfer(PoolName.INDEXER, keys=hashes, hit_policy=PoolHitPolicy.ALL_PAGES)])
+    assert r.kv_hit_pages == 10
+    r = q([PoolTransfer(PoolName.MAMBA, keys=["w"], hit_policy=PoolHitPolicy.TRAILING_PAGES)])
+    assert r.kv_hit_pages == 10  # the state at page 9 restores all 10
+    assert q([PoolTransfer(PoolName.MAMBA, keys=["w", "w"], hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+             ).kv_hit_pages == 7  # a window of 2: 8 is missing, 7 too, states 5,6 exist -> prefix 7
+    missing = b.batch_exists_v2(hashes, [PoolTransfer(PoolName.SWA, keys=hashes)])
+    assert missing.kv_hit_pages == 0  # an unregistered pool: no hit, and no exception
+    dst_state = StateHostPool(64, 96, 40)
+    b.register_mem_host_pool_v2(dst_state, PoolName.MAMBA)
+    got = b.batch_get_v2([PoolTransfer(PoolName.MAMBA, page_indices(dst_state, [20]), keys=[hashes[9]])])
+    assert got[PoolName.MAMBA] == [True]
+    assert page_bytes(dst_state, 20) == page_bytes(state, 9)
+    b.close()
+
+
+# -- the legacy tensor calls -----------------------------------------------------------------------------
+def test_legacy_tensor_calls_like_the_file_backend(shared_cluster):
+    t = tag()
+    pool = mha()
+    extra = dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t)
+    extra["interface_v1"] = False
+    b = load_backend(storage_config(extra=extra), pool)
+    n = b._geom("kv").value_len // 4  # SGLang's flat data page: the page's bytes
+    v = torch.arange(n, dtype=torch.float32)
+    assert b.set(f"{t}a", v) and b.batch_set([f"{t}b", f"{t}c"], [v * 2, v * 3])
+    assert b.exists(f"{t}a") and not b.exists(f"{t}z")
+    assert b.batch_exists([f"{t}a", f"{t}b", f"{t}z", f"{t}c"]) == 2
+    out = torch.zeros(n, dtype=torch.float32)
+    assert b.get(f"{t}b", out) is out and torch.equal(out, v * 2)
+    got = b.batch_get([f"{t}c", f"{t}z"], [torch.zeros(n), torch.zeros(n)])
+    assert torch.equal(got[0], v * 3) and got[1] is None
+    assert b.get(f"{t}a", torch.zeros(10)) is None  # another length: a miss, nothing copied
+    b.close()
+
+
+# -- clear, shared pages, admission ------------------------------------------------------------------------
+def test_clear_removes_this_deployment_only(shared_cluster):
+    t1, t2 = "dep" + tag(), "dep" + tag()
+    pool = mha()
+    a = backend(shared_cluster, pool, key_prefix=t1)
+    o = backend(shared_cluster, pool, key_prefix=t2)
+    assert a.batch_set_v1(["p0", "p1"], page_indices(pool, [0, 1])) == [True, True]
+    assert o.batch_set_v1(["p0"], page_indices(pool, [0])) == [True]
+    a.flush(5)
+    a.clear()
+    assert a.batch_exists(["p0", "p1"]) == 0 and o.batch_exists(["p0"]) == 1
+    assert a.fluxon_stats()["counters"]["cleared_values"] == 2
+    a.close()
+    o.close()
+
+
+def test_pages_stored_or_being_stored_by_another_rank_are_a_success(shared_cluster):
+    """Attention-DP with MLA: every DP rank is TP rank 0 and backs up the same pages."""
+    t = tag()
+    pools = [MLAHostPool("page_first", 16, 16, 3, 72) for _ in range(2)]
+    dp = [load_backend(storage_config(0, 1, mla=True, dp_rank=r, dp_size=2,
+                                      extra=dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t)),
+                       pools[r]) for r in range(2)]
+    hashes = [f"{t}-{i}" for i in range(4)]
+    key = dp[0].storage_keys(hashes[:1])[0]
+    raw = fluxon.KvClient(shared_cluster.client_config())
+    plan = raw.local_fast_put_start([key], dp[0]._geom("kv").value_len)  # another process writes page 0
+    assert dp[0].batch_set_v1(hashes[:2], page_indices(pools[0], [0, 1])) == [True, True]
+    assert dp[1].batch_set_v1(hashes, page_indices(pools[1], [0, 1, 2, 3])) == [True] * 4
+    c = dp[1].fluxon_stats()["counters"]
+    assert c["set_exists_values"] == 1 and c["set_inflight_elsewhere_values"] == 1
+    raw.put_abort(plan)
+    raw.close()
+    for b in dp:
+        b.close()
+
+
+def test_prefix_admission_is_per_group_and_tp_invariant(shared_cluster):
+    t = tag()
+    masks = []
+    for rank in range(2):
+        pool = mha(pages=200)
+        extra = dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t,
+                              replica_task={"enabled": True, "admission": {"policy": "prefix_depth_ratio",
+                                                                           "ratio": 0.25}})
+        b = load_backend(storage_config(rank, 2, extra=extra), pool)
+        from fluxon.sglang import HiCacheStorageExtraInfo
+        info = HiCacheStorageExtraInfo(prefix_keys=[f"{t}-p{i}" for i in range(40)])
+        masks.append(b._admit(b._geom("kv"), [f"{t}-{i}" for i in range(120)], info))
+        # depth 40..159 of 160: the shallowest quarter (< 40) is already stored: nothing admitted
+        assert not any(masks[-1])
+        masks.append(b._admit(b._geom("kv"), [f"{t}-{i}" for i in range(120)], None))
+        assert masks[-1] == [i < 30 for i in range(120)]
+        b.close()
+    assert masks[0] == masks[2] and masks[1] == masks[3]
+
+
+# -- backups do not wait for the master; the window is bounded -----------------------------------------
+def test_backups_return_while_the_master_is_paused(tmp_path):
+    cl = Cluster(tmp_path, f"mp{free_port()}").start()
+    try:
+        t = tag()
+        pool = mha()
+        b = backend(cl, pool, t=t, call_timeout_s=0.5, max_pending_backups=2)
+        for i in range(8):
+            fill_page(pool, i, f"{t}{i}")
+        cl.master.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            assert b.batch_set_v1([f"{t}-0", f"{t}-1"], page_indices(pool, [0, 1])) == [True, True]
+            assert b.batch_set_v1([f"{t}-2"], page_indices(pool, [2])) == [True]
+            fast = time.monotonic() - t0
+            assert fast < 0.5  # local-read-ready: no master round trip
+            assert b.batch_exists([f"{t}-0", f"{t}-1", f"{t}-2"]) == 3  # V1: local reads
+            assert b.batch_get_v1([f"{t}-1"], page_indices(pool, [9])) == [True]
+            # Two batches unsettled = the window: the next waits call_timeout_s, then is refused.
+            t0 = time.monotonic()
+            assert b.batch_set_v1([f"{t}-3"], page_indices(pool, [3])) == [False]
+            assert 0.4 < time.monotonic() - t0 < 3
+            assert b.fluxon_stats()["counters"]["backup_backpressure_pages"] == 1
+        finally:
+            cl.master.send_signal(signal.SIGCONT)
+        assert b.flush(15)
+        assert b.fluxon_stats()["counters"]["backup_published_pages"] == 3
+        b.close()
+    finally:
+        cl.stop()
+
+
+def test_full_pool_and_dead_owner_never_raise_and_are_bounded(tmp_path):
+    cl = Cluster(tmp_path, f"fp{free_port()}", owner_extra="eviction: false", dram="32MiB").start()
+    try:
+        t = tag()
+        pool = mha(pages=300)
+        b = backend(cl, pool, t=t, call_timeout_s=0.5)
+        page = b._geom("kv").value_len
+        fits = (32 << 20) // page
+        hashes = [f"{t}-{i}" for i in range(fits + 40)]
+        ctl = Controller(b, pool)
+        t0 = time.monotonic()
+        done = ctl.backup(hashes, [i % 300 for i in range(len(hashes))])
+        assert 0.9 * fits <= done < len(hashes) and time.monotonic() - t0 < 10
+        f = b.fluxon_stats()["failures"]
+        assert f.get("set:no_slot_in_time", 0) + f.get("set:no_space", 0) >= 1
+        cl.stop_owner(0, signal.SIGKILL)
+        t0 = time.monotonic()
+        assert ctl.backup(hashes[:3], [0, 1, 2]) == 0 and ctl.prefetch(hashes[:3], [0, 1, 2]) == 0
+        assert time.monotonic() - t0 < 5
+        assert not ctl.thread_errors
+        cl.start_owner(0)  # a new generation: the backend maps it by itself
+        assert ctl.backup(hashes[:3], [0, 1, 2]) == 3
+        assert ctl.prefetch(hashes[:3], [10, 11, 12]) == 3
+        assert b.fluxon_stats()["counters"]["reattached"] >= 1
+        b.close()
+    finally:
+        cl.stop()
