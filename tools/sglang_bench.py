@@ -1,103 +1,164 @@
 #!/usr/bin/env python3
-"""batch_set_v1 / batch_get_v1 of 128 pages x 4.5 MiB through fluxon.sglang against the native
-KvClient path (put_start, one native copy, commit; get_start, get_transfer, one native copy)
-on the same host pool, in the same run. Prints GB/s and the adapter/native ratio (medians).
+"""The SGLang backend's per-batch cost against raw copies of the same pages, in one run.
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/sglang_bench.py [--pages 128] [--rounds 3]
+A master and an owner daemon are started (the deployment SGLang uses), the backend is built the
+way SGLang builds it (``HiCacheStorageConfig`` as ``cache_controller._generate_storage_config``
+fills it, the dynamic loader, ``register_mem_pool_host``), over a real torch host pool with the
+shapes of Llama-3-8B at TP 2 (32 layers, 4 KV heads per rank, head_dim 128, bf16; pages of 64
+tokens: 4 MiB per page, K and V of 2 MiB). Per round (fresh keys, cleared afterwards):
+
+- ``batch_set_v1`` of 128 pages against ``memmove`` of the same 256 objects into a warm buffer;
+- ``batch_get_v1`` of them into other pages against ``memmove`` of the same bytes;
+- ``batch_exists`` of the 128 local pages (one ``exists_prefix``) against one owner round trip
+  (``ping``) and against the old way (``get_start`` + ``cancel_get_transfer``).
+
+Medians over rounds; every result is checked (all True, the exact hit count).
+
+    FLUXON_BUILD_DIR=build /usr/bin/python3 tools/sglang_bench.py [--rounds 5] [--pages 128]
 """
 
 import argparse
 import ctypes
+import os
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-import fluxon
-from fluxon import _fluxon
-from fluxon.sglang import FluxonHiCacheStorage, HiCacheStorageConfig
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = Path(os.environ.get("FLUXON_BUILD_DIR", ROOT / "build"))
+sys.path.insert(0, str(BUILD / "python"))
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+import torch  # noqa: E402
+
+from sglang_harness import MHAHostPool, dynamic_extra, load_backend, page_indices, storage_config  # noqa: E402
 
 
-class Pool:
-    """MHA page_first host pool: [K|V][token][layer][item]; a page's K and V are one object each."""
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    def __init__(self, pages, page_size, layer_bytes_per_token):
-        self.page_size = page_size
-        self.obj = page_size * layer_bytes_per_token
-        self.pages = pages
-        self.buf = (ctypes.c_uint8 * (2 * pages * self.obj))()
-        self.base = ctypes.addressof(self.buf)
-        ctypes.memset(self.base, 7, len(self.buf))
 
-    def get_page_buffer_meta(self, indices):
-        ptrs = []
-        for first in list(indices)[::self.page_size]:
-            k = self.base + (first // self.page_size) * self.obj
-            ptrs += [k, k + self.pages * self.obj]
-        return ptrs, [self.obj] * len(ptrs)
+def wait_port(port, timeout=15):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(port)
+
+
+def p50(xs):
+    return statistics.median(xs)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--exists-calls", type=int, default=300)
     a = ap.parse_args()
-    page_size, per_token = 64, 36 * 1024  # 36 layers x 1 KiB: K and V of 2.25 MiB -> 4.5 MiB values
-    pool = Pool(a.pages, page_size, per_token)
-    value_len = 2 * pool.obj
-    gib = 2 * (a.rounds + 1) * a.pages * value_len / 2**30 + 1
-    conf = {"owners": [{"contribute_to_cluster_pool_size": {"dram": f"{int(gib) + 1}GiB"},
-                        "local_reserve_grant_bytes": "512MiB"}]}
-    client = fluxon.KvClient(conf)
-    cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, model_name="bench")
-    store = FluxonHiCacheStorage(cfg, {"client": client})  # the same store for both paths
-    store.register_mem_pool_host(pool)
-    idx = list(range(a.pages * page_size))
-    ptrs, sizes = pool.get_page_buffer_meta(idx)
-    total = a.pages * value_len / 1e9
-    native_set, native_get, ad_set, ad_get = [], [], [], []
+    n = a.pages
+    pool = MHAHostPool("page_first", pages=2 * n + 1, page_size=64, layer_num=32, head_num=4, head_dim=128,
+                       dtype=torch.bfloat16)
+    pool.kv_buffer.view(torch.uint8).fill_(7)  # touched: no first-use page faults in any path
+    src_pages, dst_pages = list(range(n)), list(range(n, 2 * n))
+    src, dst = page_indices(pool, src_pages), page_indices(pool, dst_pages)
+    s_ptrs, sizes = pool.get_page_buffer_meta(src)
+    d_ptrs, _ = pool.get_page_buffer_meta(dst)
+    page_bytes = sum(sizes[:2])
+    total = n * page_bytes
+    scratch = torch.empty(total, dtype=torch.uint8)
+    scratch.fill_(1)
+    sbase = scratch.data_ptr()
 
-    def native(r):
-        keys = [f"native-{r}-{i}" for i in range(a.pages)]
-        t = time.perf_counter()
-        plan = client.local_fast_put_start(keys, value_len)
-        _fluxon.plan_copy(plan, ptrs, sizes[:2], a.pages, True, 0)
-        client.local_fast_put_commit(plan).result(30)
-        ts = total / (time.perf_counter() - t)
-        t = time.perf_counter()
-        h, res = client.get_start(keys)
-        rp = client.get_transfer(h)
-        _fluxon.plan_copy(rp, ptrs, sizes[:2], a.pages, False, 0)
-        client.release_views(rp)
-        return ts, total / (time.perf_counter() - t)
-
-    def adapter(r):
-        keys = [f"adapter-{r}-{i}" for i in range(a.pages)]
-        t = time.perf_counter()
-        assert all(store.batch_set_v1(keys, idx))
-        ts = total / (time.perf_counter() - t)
-        t = time.perf_counter()
-        assert all(store.batch_get_v1(keys, idx))
-        return ts, total / (time.perf_counter() - t)
-
-    # Both paths write fresh slots every round (page faults included, equally); they alternate
-    # which goes first; round 0 is a warm-up.
-    for r in range(a.rounds + 1):
-        order = [(native, native_set, native_get), (adapter, ad_set, ad_get)]
-        if r % 2:
-            order.reverse()
-        for fn, sets, gets in order:
-            s_, g_ = fn(r)
-            if r > 0:
-                sets.append(s_)
-                gets.append(g_)
-    store.close()
-    client.close()
-    m = statistics.median
-    print(f"{a.pages} pages x {value_len} B, one embedded store, median of {a.rounds} rounds (fresh slots each round)")
-    print(f"  set: native KvClient {m(native_set):6.2f} GB/s   adapter batch_set_v1 {m(ad_set):6.2f} GB/s   "
-          f"ratio {m(ad_set) / m(native_set):.2f}")
-    print(f"  get: native KvClient {m(native_get):6.2f} GB/s   adapter batch_get_v1 {m(ad_get):6.2f} GB/s   "
-          f"ratio {m(ad_get) / m(native_get):.2f}")
+    tmp = Path(tempfile.mkdtemp(prefix="fluxon-sglang-bench-"))
+    mport, oport = free_port(), free_port()
+    seg_mib = (2 * total) // 2**20 + 1024
+    cfg = tmp / "cluster.yaml"
+    cfg.write_text(f"cluster_name: sgb{oport}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: 0}}\n"
+                   f"owners:\n  - {{node_id: 1, port: {oport}, metrics_port: 0, "
+                   f"contribute_to_cluster_pool_size: {{dram: {seg_mib}MiB}}, local_reserve_grant_bytes: 512MiB}}\n")
+    client_cfg = tmp / "client.yaml"
+    client_cfg.write_text(f"cluster_name: sgb{oport}\nclient: {{owner_address: 127.0.0.1:{oport}}}\n")
+    fl = str(BUILD / "tools" / "fluxon")
+    procs = [subprocess.Popen([fl, "master", "--config", str(cfg)], stdout=open(tmp / "master.log", "w"),
+                              stderr=subprocess.STDOUT)]
+    wait_port(mport)
+    procs.append(subprocess.Popen([fl, "owner", "--config", str(cfg), "--node-id", "1"],
+                                  stdout=open(tmp / "owner.log", "w"), stderr=subprocess.STDOUT))
+    wait_port(oport)
+    try:
+        rows = {}
+        for threads in (1, 0):
+            b = load_backend(storage_config(0, 2, model="meta-llama/Meta-Llama-3-8B", layout="page_first",
+                                            extra=dynamic_extra(str(client_cfg), copy_threads=threads)), pool)
+            mc_set, mc_get, f_set, f_get, ex, ping, old = [], [], [], [], [], [], []
+            for r in range(a.rounds + 1):
+                keys = [f"{r:02d}{i:062x}" for i in range(n)]  # SGLang's 64-hex page hashes
+                t = time.perf_counter()
+                for i in range(2 * n):  # the same objects into a warm buffer
+                    ctypes.memmove(sbase + (i * sizes[0]), s_ptrs[i], sizes[i])
+                t_mc_set = time.perf_counter() - t
+                t = time.perf_counter()
+                res = b.batch_set_v1(keys, src)
+                t_set = time.perf_counter() - t
+                assert res == [True] * n, res
+                t = time.perf_counter()
+                for i in range(2 * n):
+                    ctypes.memmove(d_ptrs[i], sbase + (i * sizes[0]), sizes[i])
+                t_mc_get = time.perf_counter() - t
+                t = time.perf_counter()
+                res = b.batch_get_v1(keys, dst)
+                t_get = time.perf_counter() - t
+                assert res == [True] * n, res
+                if r == a.rounds:  # existence of the 128 local pages, last round
+                    for _ in range(a.exists_calls):
+                        t = time.perf_counter()
+                        assert b.batch_exists(keys) == n
+                        ex.append(time.perf_counter() - t)
+                        t = time.perf_counter()
+                        b.client.ping()
+                        ping.append(time.perf_counter() - t)
+                        skeys = b.storage_keys(keys)
+                        t = time.perf_counter()
+                        h, gr = b.client.get_start(skeys)
+                        b.client.cancel_get_transfer(h)
+                        old.append(time.perf_counter() - t)
+                        assert gr.transferable_len == n
+                assert b.flush(30)
+                b.clear()
+                if r > 0:
+                    mc_set.append(total / t_mc_set / 1e9)
+                    mc_get.append(total / t_mc_get / 1e9)
+                    f_set.append(total / t_set / 1e9)
+                    f_get.append(total / t_get / 1e9)
+            failures = b.fluxon_stats()["failures"]
+            assert not failures, failures
+            b.close()
+            rows[threads] = (mc_set, f_set, mc_get, f_get)
+        print(f"{n} pages x {page_bytes >> 20} MiB (Llama-3-8B, TP 2, page 64, bf16, page_first), owner daemon, "
+              f"median of {a.rounds} rounds")
+        for threads, (mc_set, f_set, mc_get, f_get) in rows.items():
+            label = "1 copy thread " if threads == 1 else f"auto threads ({os.cpu_count()} cores)"
+            print(f"  {label}: batch_set_v1 {p50(f_set):6.2f} GB/s vs memmove {p50(mc_set):6.2f} GB/s = "
+                  f"{p50(f_set) / p50(mc_set):.2f}x   batch_get_v1 {p50(f_get):6.2f} GB/s vs memmove "
+                  f"{p50(mc_get):6.2f} GB/s = {p50(f_get) / p50(mc_get):.2f}x")
+        print(f"  batch_exists of {n} local pages: p50 {p50(ex) * 1e6:7.1f} us = {p50(ex) / p50(ping):.2f}x one owner "
+              f"round trip (ping p50 {p50(ping) * 1e6:.1f} us); get_start+cancel p50 {p50(old) * 1e6:.1f} us "
+              f"({p50(old) / p50(ex):.2f}x exists)")
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=15)
     return 0
 
 

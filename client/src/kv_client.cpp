@@ -614,7 +614,29 @@ Result<ExistsResult> KvClient::exists_prefix(const std::vector<std::string>& key
   auto c = impl_->current();
   if (!c.ok()) return c.status();
   wire::ExistsReqT req;
-  req.keys = keys;
+  // What every key shares goes once: the message shrinks to the keys' distinct middles.
+  size_t pre = 0, suf = 0;
+  if (keys.size() > 1) {
+    size_t shortest = keys[0].size();
+    for (const auto& k : keys) shortest = std::min(shortest, k.size());
+    pre = shortest;
+    for (const auto& k : keys)
+      pre = std::min<size_t>(pre, std::mismatch(k.begin(), k.begin() + pre, keys[0].begin()).first - k.begin());
+    suf = shortest - pre;
+    for (const auto& k : keys) {
+      size_t m = 0;
+      while (m < suf && k[k.size() - 1 - m] == keys[0][keys[0].size() - 1 - m]) ++m;
+      suf = m;
+    }
+  }
+  if (pre + suf > 0) {
+    req.key_prefix = keys[0].substr(0, pre);
+    req.key_suffix = keys[0].substr(keys[0].size() - suf);
+    req.keys.reserve(keys.size());
+    for (const auto& k : keys) req.keys.push_back(k.substr(pre, k.size() - pre - suf));
+  } else {
+    req.keys = keys;
+  }
   if (groups) req.atomic_group_lens = *groups;
   req.expected_len = expected_len;
   req.max_wait_ms = impl_->cfg.client.max_wait_ms;

@@ -138,6 +138,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
         self.mem_pool_host = None
         self._geoms: Dict[str, _Geometry] = {}
+        self._suffix_cache: Dict[tuple, List[str]] = {}
         self._lock = threading.Lock()
         self._counters = collections.Counter()
         self._failures = collections.Counter()
@@ -216,6 +217,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
     def register_mem_pool_host(self, mem_pool_host) -> None:
         super().register_mem_pool_host(mem_pool_host)
         self._geoms["kv"] = self._geometry("kv", mem_pool_host)
+        self._suffix_cache.clear()
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name) -> None:
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
@@ -223,6 +225,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         if name == "kv" and "kv" in self._geoms and self._geoms["kv"].pool is host_pool:
             return
         self._geoms[name] = self._geometry(name, host_pool)
+        self._suffix_cache.clear()
 
     def _geometry(self, name: str, pool) -> _Geometry:
         page_size = int(getattr(pool, "page_size", 1) or 1)
@@ -258,15 +261,28 @@ class FluxonHiCacheStorage(HiCacheStorage):
     # -- keys -------------------------------------------------------------------------------------
     def _value_keys(self, g: _Geometry, page_hashes: Sequence[str], component: Optional[str] = None,
                     identity: bool = False) -> List[str]:
-        comp = component if component is not None else g.name
-        out = []
-        for h in page_hashes:
+        suffixes = self._suffixes(g, component if component is not None else g.name, identity)
+        head = self.key_prefix + ":"
+        if len(suffixes) == 1:
+            sfx = suffixes[0]
+            return [head + h + sfx for h in page_hashes]
+        return [head + h + sfx for h in page_hashes for sfx in suffixes]
+
+    def _suffixes(self, g: _Geometry, comp: str, identity: bool) -> List[str]:
+        """What follows the page hash in each of a page's value keys (computed once per pool)."""
+        ck = (g.name, comp, identity)
+        cached = self._suffix_cache.get(ck)
+        if cached is None:
+            cut = len(self.key_prefix) + 1 + len("#")
+            cached = []
             for j in range(g.values_per_page):
                 head_group = self.config.tp_rank * g.split + j if g.split > 1 else None
-                out.append(storage_key(self.key_prefix, h, self.config, comp, self.extra_backend_tag,
-                                       geometry=g.geometry, replicated=g.replicated, head_group=head_group,
-                                       rank_override=(f"_tp{self.config.tp_size}.{j}" if identity else None)))
-        return out
+                k = storage_key(self.key_prefix, "#", self.config, comp, self.extra_backend_tag, geometry=g.geometry,
+                                replicated=g.replicated, head_group=head_group,
+                                rank_override=(f"_tp{self.config.tp_size}.{j}" if identity else None))
+                cached.append(k[cut:])
+            self._suffix_cache[ck] = cached
+        return cached
 
     def storage_keys(self, page_hashes: Sequence[str], pool: str = "kv") -> List[str]:
         """The Fluxon keys of pages of a pool (tools and tests)."""
@@ -280,9 +296,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
         if not page_hashes:
             return 0
         keys = self._value_keys(g, page_hashes, component)
-        r = self.client.exists_prefix(keys, self._groups(g, len(page_hashes)), g.value_len)
-        self._count(exists_calls=1, exists_pages=len(page_hashes), exists_hit_pages=r.prefix_len // g.values_per_page)
-        return r.prefix_len // g.values_per_page
+        # Keys made here are well-formed: the native call directly (the hot path of every prefetch).
+        r = self.client._c.exists_prefix(keys, self._groups(g, len(page_hashes)), g.value_len)
+        hit = r["prefix_len"] // g.values_per_page
+        self._count(exists_calls=1, exists_pages=len(page_hashes), exists_hit_pages=hit)
+        return hit
 
     def _read(self, g: _Geometry, page_hashes: Sequence[str], host_indices) -> List[bool]:
         pages = len(page_hashes)

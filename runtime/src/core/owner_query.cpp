@@ -24,22 +24,26 @@ uint32_t aligned_prefix(uint32_t hits, const std::optional<std::vector<uint32_t>
 void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, Millis now, Outbox& out) {
   std::optional<std::vector<uint32_t>> groups;
   if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
+  if (!req.key_prefix.empty() || !req.key_suffix.empty())
+    for (auto& k : req.keys) k = req.key_prefix + k + req.key_suffix;
   Status st = validate_keys(req.keys);
   if (st.is_ok()) st = validate_group_lens(groups, req.keys.size());
   if (!st.is_ok()) return reply_error(session, token, st, out);
   counters_.exists_total++;
   const uint32_t n = uint32_t(req.keys.size());
   uint32_t local = 0;
+  bool mismatch = false;  // the first key not found here is here with another length: the prefix ends
   for (; local < n; ++local) {
     auto it = index_.find(req.keys[local]);
     if (it == index_.end()) break;
     if (req.expected_len && it->second.len != req.expected_len) {
       counters_.exists_len_mismatch_total++;
+      mismatch = true;
       break;
     }
   }
   ExistsJob job{session, token, std::move(groups), req.expected_len, local, {}, 0};
-  if (local == n || alone()) return answer_exists(job, 0, false, out);
+  if (local == n || mismatch || alone()) return answer_exists(job, 0, false, out);
   // The rest is asked of the master in one Lookup (nothing there is pinned or fetched).
   counters_.exists_master_total++;
   job.rest.assign(std::make_move_iterator(req.keys.begin() + local), std::make_move_iterator(req.keys.end()));

@@ -1,0 +1,99 @@
+// exists (the existence question of SGLang's prefetch thread) and remove_prefix (its clear()),
+// through the deterministic simulator: what they answer, and that they claim, pin and fetch nothing.
+#include "helpers.hpp"
+
+using namespace fluxon;
+using namespace fluxon::test;
+
+namespace {
+
+wire::ExistsReplyT exists(sim::Cluster& c, int o, uint64_t s, std::vector<std::string> keys,
+                          std::vector<uint32_t> groups = {}, uint64_t expected_len = 0, uint32_t max_wait_ms = 0) {
+  wire::ExistsReqT q;
+  q.keys = std::move(keys);
+  q.atomic_group_lens = std::move(groups);
+  q.expected_len = expected_len;
+  q.max_wait_ms = max_wait_ms;
+  auto r = c.call(o, s, make_envelope(std::move(q)));
+  auto* e = r.body.AsExistsReply();
+  REQUIRE_MESSAGE(e, "exists failed: ", envelope_status(r).to_string());
+  return *e;
+}
+
+void live(sim::Cluster& c, int o, uint64_t s, const std::vector<std::string>& keys) {
+  put_commit(c, o, s, keys);
+  REQUIRE(c.run_until([&] { return c.owner(o).local_state(keys.back()) == 2; }, 60000));
+}
+
+}  // namespace
+
+TEST_CASE("exists: the local prefix, then the master's routes for the rest; group-aligned, nothing claimed or fetched") {
+  sim::Cluster c(seed_from_env(701), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+  live(c, 0, s0, {"k0", "k1", "k2", "k3"});
+  live(c, 1, s1, {"a0", "a1"});
+  const auto before = c.owner(1).stats();
+  auto r = exists(c, 1, s1, {"a0", "a1", "k0", "k1", "k2", "none", "k3"});
+  CHECK(r.prefix_len == 5);
+  CHECK(r.local_len == 2);
+  CHECK(r.master_answered);
+  CHECK(exists(c, 1, s1, {"a0", "a1", "k0", "k1", "k2", "none", "k3"}, {2, 2, 3}).prefix_len == 4);
+  CHECK(exists(c, 1, s1, {"a0", "a1", "k0"}, {3}).prefix_len == 3);
+  CHECK(exists(c, 1, s1, {"none", "a0"}).prefix_len == 0);
+  const auto after = c.owner(1).stats();
+  CHECK(after.slots_prepared == before.slots_prepared);
+  CHECK(after.slots_committed == before.slots_committed);
+  CHECK(after.holders == 0);
+  CHECK(after.active_get_handles == 0);
+  CHECK(after.flights_starting + after.flights_started + after.flights_finishing == 0);
+  CHECK(c.master().inflight_get_count() == 0);  // no remote get began
+  CHECK(c.owner(1).counters().get_flights_started_total == 0);
+}
+
+TEST_CASE("exists: a value of another length is missing, locally and at the master") {
+  sim::Cluster c(seed_from_env(702), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+  live(c, 0, s0, {"r0", "r1"});
+  live(c, 1, s1, {"l0"});
+  CHECK(exists(c, 1, s1, {"l0", "r0", "r1"}, {}, 4096).prefix_len == 3);
+  CHECK(exists(c, 1, s1, {"l0", "r0"}, {}, 8192).prefix_len == 0);  // local mismatch
+  auto r = exists(c, 0, s0, {"r0", "l0"}, {}, 4096);
+  CHECK(r.prefix_len == 2);
+  CHECK(c.owner(1).counters().exists_len_mismatch_total == 1);
+}
+
+TEST_CASE("exists: the master away is given up after max_wait_ms and answered with the local prefix") {
+  sim::Cluster c(seed_from_env(703), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+  live(c, 0, s0, {"m0"});
+  live(c, 1, s1, {"n0"});
+  c.to_master.drop = 1.0;  // the master cannot be reached
+  const Millis t0 = c.now();
+  auto r = exists(c, 1, s1, {"n0", "m0"}, {}, 0, 200);
+  CHECK(r.prefix_len == 1);
+  CHECK(r.local_len == 1);
+  CHECK_FALSE(r.master_answered);
+  CHECK(c.now() - t0 < 400);
+  CHECK(c.owner(1).counters().exists_master_unanswered_total == 1);
+  c.to_master.drop = 0;
+  CHECK(exists(c, 1, s1, {"n0", "m0"}).prefix_len == 2);
+}
+
+TEST_CASE("remove_prefix: every value under the prefix leaves, route first, other prefixes stay, empty is refused") {
+  sim::Cluster c(seed_from_env(704), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+  live(c, 0, s0, {"dep1:a", "dep1:b", "dep2:a"});
+  auto r = c.call(0, s0, make_envelope(wire::RemovePrefixReqT{{}, "dep1:"}));
+  REQUIRE(r.body.AsRemovePrefixReply());
+  CHECK(r.body.AsRemovePrefixReply()->removed == 2);
+  REQUIRE(c.run_until([&] { return c.master().route_count() == 1; }, 60000));
+  CHECK(exists(c, 1, s1, {"dep1:a"}).prefix_len == 0);  // gone at the master too
+  CHECK(exists(c, 1, s1, {"dep2:a"}).prefix_len == 1);
+  CHECK(c.owner(0).local_state("dep1:a") == 0);
+  auto e = c.call(0, s0, make_envelope(wire::RemovePrefixReqT{{}, ""}));
+  CHECK(envelope_status(e).code() == Code::kInvalidArgument);
+}
