@@ -608,7 +608,10 @@ Result<ExistsResult> KvClient::exists_prefix(const std::vector<std::string>& key
                                              const std::optional<std::vector<uint32_t>>& groups,
                                              uint64_t expected_len) {
   FLUXON_CALL("exists_prefix");
-  Status s = validate_keys(keys);
+  // Nothing changes: a repeated key is harmless, only an empty batch or key is refused.
+  Status s = keys.empty() ? invalid_argument("keys: empty batch") : Status::ok();
+  for (size_t i = 0; s.is_ok() && i < keys.size(); ++i)
+    if (keys[i].empty()) s = invalid_argument("keys[" + std::to_string(i) + "]: empty key");
   if (s.is_ok()) s = validate_group_lens(groups, keys.size());
   if (!s.is_ok()) return s;
   auto c = impl_->current();

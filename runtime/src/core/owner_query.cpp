@@ -26,7 +26,10 @@ void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, 
   if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
   if (!req.key_prefix.empty() || !req.key_suffix.empty())
     for (auto& k : req.keys) k = req.key_prefix + k + req.key_suffix;
-  Status st = validate_keys(req.keys);
+  // A question that changes nothing: a repeated key is harmless, only empty ones are refused.
+  Status st = req.keys.empty() ? invalid_argument("keys: empty batch") : Status::ok();
+  for (size_t i = 0; st.is_ok() && i < req.keys.size(); ++i)
+    if (req.keys[i].empty()) st = invalid_argument("keys[" + std::to_string(i) + "]: empty key");
   if (st.is_ok()) st = validate_group_lens(groups, req.keys.size());
   if (!st.is_ok()) return reply_error(session, token, st, out);
   counters_.exists_total++;
