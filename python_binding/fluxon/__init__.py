@@ -239,16 +239,20 @@ class KvClient:
     def release_views(self, plan_ptr: int) -> None:
         self._c.release_views(_check_plan(plan_ptr))
 
-    def exists_prefix(self, keys, atomic_group_lens=None, expected_len: int = 0) -> ExistsResult:
+    def exists_prefix(self, keys, atomic_group_lens=None, expected_len: int = 0, *, key_prefix: str = "",
+                      key_suffix: str = "") -> ExistsResult:
         """How many leading keys exist: the attached owner's index first, then the master's routes
         for the rest; aligned to the groups. Claims no slot, starts no fetch, pins nothing. With
-        ``expected_len`` a value of another length counts as missing."""
+        ``expected_len`` a value of another length counts as missing. With ``key_prefix`` /
+        ``key_suffix`` each key is ``key_prefix + keys[i] + key_suffix`` (they travel once)."""
         keys = _check_keys(keys)
         groups = _check_int_list("atomic_group_lens", atomic_group_lens)
         expected_len = _check_int("expected_len", expected_len)
         if expected_len < 0:
             raise InvalidArgument("expected_len: must be >= 0")
-        return ExistsResult(**self._c.exists_prefix(keys, groups, expected_len))
+        if not isinstance(key_prefix, str) or not isinstance(key_suffix, str):
+            raise InvalidArgument("key_prefix/key_suffix: expected str")
+        return ExistsResult(**self._c.exists_prefix(keys, groups, expected_len, key_prefix, key_suffix))
 
     def remove_prefix(self, prefix: str) -> int:
         """Removes every value the attached owner holds whose key starts with ``prefix`` (routes

@@ -314,16 +314,20 @@ PYBIND11_MODULE(_fluxon, m) {
       .def("release_views",
            [](PyClient& self, uint64_t plan) { check(released([&, cl = self.c()] { return cl->release_views(plan); })); })
       .def("exists_prefix",
-           [](PyClient& self, std::vector<std::string> keys, py::object groups, uint64_t expected_len) {
+           [](PyClient& self, std::vector<std::string> keys, py::object groups, uint64_t expected_len,
+              const std::string& key_prefix, const std::string& key_suffix) {
              std::optional<std::vector<uint32_t>> g;
              if (!groups.is_none()) g = groups.cast<std::vector<uint32_t>>();
-             auto r = unwrap(released([&, cl = self.c()] { return cl->exists_prefix(keys, g, expected_len); }));
+             auto r = unwrap(released(
+                 [&, cl = self.c()] { return cl->exists_prefix(keys, g, expected_len, key_prefix, key_suffix); }));
              py::dict d;
              d["prefix_len"] = r.prefix_len;
              d["local_len"] = r.local_len;
              d["master_answered"] = r.master_answered;
              return d;
-           })
+           },
+           py::arg("keys"), py::arg("groups"), py::arg("expected_len"), py::arg("key_prefix") = "",
+           py::arg("key_suffix") = "")
       .def("remove_prefix",
            [](PyClient& self, const std::string& prefix) {
              return unwrap(released([&, cl = self.c()] { return cl->remove_prefix(prefix); }));

@@ -334,3 +334,31 @@ def test_close_while_other_threads_call():
     for t in ts:
         t.join(10)
     assert outcomes and all(o == "closed" for o in outcomes), outcomes
+
+
+def test_exists_prefix_and_remove_prefix(client):
+    import ctypes
+    plan = client.local_fast_put_start(["ex:a", "ex:b", "ex:c", "other:a"], 4096)
+    for p in fluxon.plan_pointers(plan):
+        ctypes.memset(p, 1, 4096)
+    assert fluxon.plan_lengths(plan) == [4096] * 4
+    client.local_fast_put_commit(plan).result(10)
+    before = client.stats()
+    assert client.exists_prefix(["ex:a", "ex:b", "ex:x", "ex:c"]).prefix_len == 2
+    assert client.exists_prefix(["ex:a", "ex:b", "ex:c"], [2, 1]).prefix_len == 3
+    assert client.exists_prefix(["ex:a", "ex:b", "ex:c"], [1, 2], expected_len=4096).prefix_len == 3
+    assert client.exists_prefix(["ex:a"], expected_len=8192).prefix_len == 0  # another length: missing
+    assert client.exists_prefix(["a", "b"], key_prefix="ex:").prefix_len == 2
+    assert client.exists_prefix(["ex:a", "ex:a"]).prefix_len == 2  # a question: repeats are harmless
+    after = client.stats()
+    assert (after["slots_prepared"], after["holders"], after["owner_active_get_handles"]) == \
+        (before["slots_prepared"], before["holders"], before["owner_active_get_handles"])
+    with pytest.raises(fluxon.InvalidArgument):
+        client.exists_prefix([])
+    with pytest.raises(fluxon.InvalidArgument):
+        client.exists_prefix(["ex:a", ""])
+    with pytest.raises(fluxon.InvalidArgument):
+        client.remove_prefix("")
+    assert client.remove_prefix("ex:") == 3
+    assert client.exists_prefix(["ex:a"]).prefix_len == 0 and client.exists_prefix(["other:a"]).prefix_len == 1
+    client.remove_prefix("other:")

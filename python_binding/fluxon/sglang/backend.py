@@ -295,9 +295,14 @@ class FluxonHiCacheStorage(HiCacheStorage):
     def _exists(self, g: _Geometry, page_hashes: Sequence[str], component: Optional[str] = None) -> int:
         if not page_hashes:
             return 0
-        keys = self._value_keys(g, page_hashes, component)
-        # Keys made here are well-formed: the native call directly (the hot path of every prefetch).
-        r = self.client._c.exists_prefix(keys, self._groups(g, len(page_hashes)), g.value_len)
+        # The hot path of every prefetch: the page hashes go as they are, framed by the deployment's
+        # prefix and the pool's suffix (one value per page); the native call directly (keys made here).
+        suffixes = self._suffixes(g, component if component is not None else g.name, False)
+        if len(suffixes) == 1:
+            r = self.client._c.exists_prefix(list(page_hashes), None, g.value_len, self.key_prefix + ":", suffixes[0])
+        else:
+            r = self.client._c.exists_prefix(self._value_keys(g, page_hashes, component),
+                                             self._groups(g, len(page_hashes)), g.value_len)
         hit = r["prefix_len"] // g.values_per_page
         self._count(exists_calls=1, exists_pages=len(page_hashes), exists_hit_pages=hit)
         return hit

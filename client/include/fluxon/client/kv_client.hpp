@@ -91,9 +91,12 @@ class KvClient {
   Status release_views(uint64_t plan_ptr);
   // How many leading keys exist (local index, then the master's routes), aligned to the groups;
   // claims no slot, starts no fetch. expected_len > 0: a value of another length does not count.
+  // key_prefix/key_suffix: every key is key_prefix + keys[i] + key_suffix (sent once; a batch of
+  // SGLang page hashes shares its deployment's prefix and suffix).
   Result<ExistsResult> exists_prefix(const std::vector<std::string>& keys,
                                      const std::optional<std::vector<uint32_t>>& group_lens = {},
-                                     uint64_t expected_len = 0);
+                                     uint64_t expected_len = 0, const std::string& key_prefix = {},
+                                     const std::string& key_suffix = {});
   // Removes every value the attached owner holds whose key starts with prefix (routes first, each
   // slot once its last reader is gone); returns how many. Other owners' copies are not touched.
   Result<uint64_t> remove_prefix(const std::string& prefix);
