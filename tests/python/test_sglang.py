@@ -370,3 +370,22 @@ def test_full_pool_and_dead_owner_never_raise_and_are_bounded(tmp_path):
         b.close()
     finally:
         cl.stop()
+
+
+def test_a_logical_kv_anchor_holds_nothing_and_the_v2_pools_decide(shared_cluster):
+    """Hybrid models whose KV entry has no buffer here (kv_buffer None): KV counts as present."""
+    t = tag()
+    anchor = mha()
+    anchor.kv_buffer = None
+    state = StateHostPool(16, 64, 32)
+    b = backend(shared_cluster, anchor, t=t)
+    b.register_mem_host_pool_v2(state, PoolName.MAMBA)
+    hashes = [f"{t}-{i}" for i in range(3)]
+    assert b.batch_set_v1(hashes, torch.arange(3 * 16)) == [True] * 3
+    assert b.batch_exists(hashes) == 3
+    fill_page(state, 2, "s")
+    assert b.batch_set_v2([PoolTransfer(PoolName.MAMBA, page_indices(state, [2]), keys=hashes[2:])]) == \
+        {PoolName.MAMBA: [True]}
+    r = b.batch_exists_v2(hashes, [PoolTransfer(PoolName.MAMBA, keys=["w"], hit_policy=PoolHitPolicy.TRAILING_PAGES)])
+    assert r.kv_hit_pages == 3
+    b.close()

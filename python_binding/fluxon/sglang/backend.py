@@ -80,6 +80,7 @@ class _Geometry:
     replicated: bool          # every TP rank holds the same bytes (MLA): only rank 0 writes
     geometry: str             # the key's layout/dtype/page-size part
     split: int = 1
+    logical: bool = False     # a hybrid model's KV anchor without a buffer: KV holds nothing to move
 
     def meta(self, host_indices, pages: int):
         if self.split > 1:
@@ -119,9 +120,12 @@ class FluxonHiCacheStorage(HiCacheStorage):
             raise fluxon.InvalidArgument("extra_config.max_pending_backups: must be > 0")
         self.log_interval_s = float(extra.get("log_interval_s", 10.0))
         self.admission = self._admission(extra.get("replica_task"))
-        if storage_config.should_split_heads and not storage_config.tp_lcm_size:
+        # Older SGLang trees have no head splitting (nor its fields).
+        split_heads = bool(getattr(storage_config, "should_split_heads", False))
+        lcm = getattr(storage_config, "tp_lcm_size", None)
+        if split_heads and not lcm:
             raise fluxon.InvalidArgument("should_split_heads needs tp_lcm_size")
-        self.split = (storage_config.tp_lcm_size // storage_config.tp_size) if storage_config.should_split_heads else 1
+        self.split = lcm // storage_config.tp_size if split_heads else 1
 
         shared = extra.get("client")
         self._owns_client = shared is None
@@ -229,6 +233,10 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     def _geometry(self, name: str, pool) -> _Geometry:
         page_size = int(getattr(pool, "page_size", 1) or 1)
+        if name == "kv" and hasattr(pool, "kv_buffer") and pool.kv_buffer is None:
+            # A logical anchor (the hybrid controller's KV entry of a model without KV bytes here):
+            # every KV page counts as present; the v2 pools decide the hit.
+            return _Geometry(name, pool, page_size, 1, [], 0, False, "", 1, logical=True)
         split = self.split if name == "kv" else 1
         probe = _indices(page_size)
         if split > 1:
@@ -295,6 +303,8 @@ class FluxonHiCacheStorage(HiCacheStorage):
     def _exists(self, g: _Geometry, page_hashes: Sequence[str], component: Optional[str] = None) -> int:
         if not page_hashes:
             return 0
+        if g.logical:
+            return len(page_hashes)
         # The hot path of every prefetch: the page hashes go as they are, framed by the deployment's
         # prefix and the pool's suffix (one value per page); the native call directly (keys made here).
         suffixes = self._suffixes(g, component if component is not None else g.name, False)
@@ -309,6 +319,8 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     def _read(self, g: _Geometry, page_hashes: Sequence[str], host_indices) -> List[bool]:
         pages = len(page_hashes)
+        if g.logical:
+            return [True] * pages
         ptrs = g.meta(host_indices, pages)
         keys = self._value_keys(g, page_hashes)
         t0 = time.perf_counter()
@@ -343,7 +355,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     def _write(self, g: _Geometry, page_hashes: Sequence[str], host_indices, extra_info) -> List[bool]:
         pages = len(page_hashes)
-        if g.replicated and self.config.tp_rank != 0:
+        if g.logical or (g.replicated and self.config.tp_rank != 0):
             return [True] * pages  # every rank holds these bytes; rank 0 writes them
         if not self._window_open():
             self._count(backup_backpressure_pages=pages)

@@ -31,15 +31,15 @@ def rank_part(cfg: HiCacheStorageConfig, replicated: bool, head_group: Optional[
     if replicated:
         return ""
     if head_group is not None:
-        return f"_{head_group}_{cfg.tp_lcm_size}"
+        return f"_{head_group}_{getattr(cfg, 'tp_lcm_size', None)}"
     return f"_{cfg.tp_rank}_{cfg.tp_size}"
 
 
 def parallel_part(cfg: HiCacheStorageConfig) -> str:
     s = ""
-    if (cfg.pp_size or 1) > 1:
+    if (getattr(cfg, "pp_size", 1) or 1) > 1:
         s += f"_pp{cfg.pp_rank}_{cfg.pp_size}"
-    if (cfg.attn_cp_size or 1) > 1:
+    if (getattr(cfg, "attn_cp_size", 1) or 1) > 1:  # older trees have no context parallelism
         s += f"_cp{cfg.attn_cp_rank}_{cfg.attn_cp_size}"
     return s
 
