@@ -211,7 +211,15 @@ struct KvClient::Impl {
     req.session_id = c->link->info().session_id;
     req.generation = c->generation;
     auto r = c->link->call(req, call_timeout_ms());
-    if (!r.ok()) return r;
+    if (!r.ok()) {
+      // No answer in time (the owner stalled): a late answer may still create a plan, a handle or
+      // holdings for this session that nobody will ever use, and keys would stay "inflight". The
+      // session is given up: the next call opens a new one, and the owner releases everything of
+      // this one when its link closes. Futures of this session cannot be told their outcome.
+      if (r.status().code() == Code::kTimeout && !cfg.embedded() && !c->down.exchange(true))
+        c->fail_futures(Status(Code::kClosed, "owner did not answer in time; session reset, outcome unknown"));
+      return r;
+    }
     Status s = envelope_status(**r);
     if (!s.is_ok()) return s;
     return r;

@@ -359,3 +359,28 @@ def test_pressure_evicts_ahead_of_claims_in_a_real_owner(tmp_path):
         c.close()
     finally:
         cluster.stop()
+
+
+def test_a_stalled_owner_leaves_no_orphan_plan_behind_a_timed_out_put(cluster):
+    """The owner stops answering (SIGSTOP) while a put_start is on its way; the client gives up after
+    max_wait_ms + 1 s. The owner then hands out the plan to nobody: the client gave that session up,
+    so the owner releases it and the key is not "inflight" forever."""
+    c = fluxon.KvClient(cluster.client_config(), max_wait_ms=300)
+    c.wait_local_segments_ready()
+    cluster.owners[0].send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(fluxon.Timeout):
+            c.local_fast_put_start(["orphan"], 4096)
+    finally:
+        cluster.owners[0].send_signal(signal.SIGCONT)
+    deadline = time.time() + 10
+    while True:
+        try:
+            plan = c.local_fast_put_start(["orphan"], 4096)
+            break
+        except fluxon.KeyConflict:
+            assert time.time() < deadline, "the late plan of the abandoned session is never released"
+            time.sleep(0.1)
+    c.local_fast_put_commit(plan).result(10)
+    assert c.exists_prefix(["orphan"]).prefix_len == 1
+    c.close()
