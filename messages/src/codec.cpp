@@ -21,6 +21,15 @@ Result<std::unique_ptr<Envelope>> decode(const uint8_t* data, size_t len) {
   return env;
 }
 
+// The wire enum (fluxon.fbs) spells the same codes: same names, same values.
+#define FLUXON_CHECK_WIRE_CODE(name, value, doc)                                         \
+  static_assert(static_cast<int>(wire::ErrCode::name) == static_cast<int>(Code::k##name), \
+                "fluxon.fbs ErrCode::" #name " differs from FLUXON_STATUS_CODES");
+FLUXON_STATUS_CODES(FLUXON_CHECK_WIRE_CODE)
+#undef FLUXON_CHECK_WIRE_CODE
+static_assert(static_cast<int>(wire::ErrCode::MAX) == static_cast<int>(Code::kInternal),
+              "fluxon.fbs ErrCode has a code FLUXON_STATUS_CODES lacks");
+
 wire::ErrorT to_wire(const Status& s) {
   wire::ErrorT e;
   e.code = static_cast<wire::ErrCode>(s.code());

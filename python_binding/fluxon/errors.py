@@ -1,6 +1,13 @@
-"""Fluxon's exceptions: one hierarchy rooted at :class:`Error`, one class per stable status code."""
+"""Fluxon's exceptions: one hierarchy rooted at :class:`Error`, one class per stable status code.
+
+The classes are made from the one list of codes in ``runtime/include/fluxon/runtime/status.hpp``
+(``FLUXON_STATUS_CODES``, exported as ``fluxon._fluxon.ERROR_CODES``): a code added there is a
+class here, with its documentation.
+"""
 
 from __future__ import annotations
+
+from ._fluxon import ERROR_CODES
 
 
 class Error(Exception):
@@ -16,58 +23,12 @@ class Error(Exception):
         self.stage = stage
 
 
-class InvalidArgument(Error):
-    """An argument broke a rule; nothing was reserved or sent."""
-
-    code = "InvalidArgument"
-
-
-class KeyConflict(Error):
-    """Keys exist or are being written. ``indices[i]`` conflicts because ``reasons[i]`` is
-    ``"exists"`` or ``"inflight"``."""
-
-    code = "KeyConflict"
-
-
-class NoSpace(Error):
-    code = "NoSpace"
-
-
-class LocalReserveTimeout(Error):
-    """No slot became free in time; ``stage`` is ``"claim_turn"`` or ``"refill"``."""
-
-    code = "LocalReserveTimeout"
-
-
-class KeyNotFound(Error):
-    code = "KeyNotFound"
-
-
-class GenerationMismatch(Error):
-    """The owner restarted: plans, handles and mappings of the old generation are void."""
-
-    code = "GenerationMismatch"
-
-
-class Closed(Error):
-    code = "Closed"
-
-
-class Timeout(Error):
-    code = "Timeout"
-
-
-class MalformedMessage(Error):
-    code = "MalformedMessage"
-
-
-class Internal(Error):
-    code = "Internal"
-
-
-_BY_CODE = {c.code: c for c in (InvalidArgument, KeyConflict, NoSpace, LocalReserveTimeout, KeyNotFound,
-                                GenerationMismatch, Closed, Timeout, MalformedMessage, Internal)}
-
+_BY_CODE = {}
+for _name, _doc in ERROR_CODES:
+    _BY_CODE[_name] = globals()[_name] = type(_name, (Error,), {"__doc__": _doc, "code": _name,
+                                                               "__module__": __name__})
+del _name, _doc
+__all__ = ["Error", "error_class", *_BY_CODE]
 
 def error_class(code: str):
     return _BY_CODE.get(code, Error)

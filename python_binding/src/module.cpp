@@ -181,6 +181,13 @@ py::object opt_int(const std::optional<uint32_t>& v) { return v ? py::object(py:
 PYBIND11_MODULE(_fluxon, m) {
   m.doc() = "Fluxon native client";
   m.attr("PLAN_MAGIC") = py::int_(kPlanMagic);
+  // (name, doc) of every failure code, from the one list in status.hpp: fluxon.errors makes its classes.
+  py::list codes;
+#define FLUXON_PY_CODE(name, value, doc) \
+  if (value != 0) codes.append(py::make_tuple(#name, doc));
+  FLUXON_STATUS_CODES(FLUXON_PY_CODE)
+#undef FLUXON_PY_CODE
+  m.attr("ERROR_CODES") = codes;
 
   // KV page copies (cuda_kernels/): the CPU reference everywhere, the GPU paths where built.
   m.def("kv_value_bytes", [](const std::string& layout, uint32_t layers, uint32_t page_size, uint64_t item_bytes) {

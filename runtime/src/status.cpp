@@ -4,17 +4,11 @@ namespace fluxon {
 
 std::string_view code_name(Code c) {
   switch (c) {
-    case Code::kOk: return "Ok";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kKeyConflict: return "KeyConflict";
-    case Code::kNoSpace: return "NoSpace";
-    case Code::kLocalReserveTimeout: return "LocalReserveTimeout";
-    case Code::kKeyNotFound: return "KeyNotFound";
-    case Code::kGenerationMismatch: return "GenerationMismatch";
-    case Code::kClosed: return "Closed";
-    case Code::kTimeout: return "Timeout";
-    case Code::kMalformedMessage: return "MalformedMessage";
-    case Code::kInternal: return "Internal";
+#define FLUXON_CODE_NAME(name, value, doc) \
+  case Code::k##name:                      \
+    return #name;
+    FLUXON_STATUS_CODES(FLUXON_CODE_NAME)
+#undef FLUXON_CODE_NAME
   }
   return "Unknown";
 }

@@ -362,3 +362,22 @@ def test_exists_prefix_and_remove_prefix(client):
     assert client.remove_prefix("ex:") == 3
     assert client.exists_prefix(["ex:a"]).prefix_len == 0 and client.exists_prefix(["other:a"]).prefix_len == 1
     client.remove_prefix("other:")
+
+
+def test_error_classes_are_made_from_the_one_list_of_codes():
+    from fluxon import _fluxon, errors
+    names = [n for n, _ in _fluxon.ERROR_CODES]
+    assert names == ["InvalidArgument", "KeyConflict", "NoSpace", "LocalReserveTimeout", "KeyNotFound",
+                     "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal"]
+    for n, doc in _fluxon.ERROR_CODES:
+        cls = errors.error_class(n)
+        assert issubclass(cls, fluxon.Error) and cls.code == n and cls.__doc__ == doc
+        assert getattr(fluxon, n) is cls
+    with pytest.raises(fluxon.KeyConflict) as e:
+        c = fluxon.KvClient()
+        try:
+            c.local_fast_put_commit(c.local_fast_put_start(["dup"], 4096)).result(5)
+            c.local_fast_put_start(["dup"], 4096)
+        finally:
+            c.close()
+    assert e.value.reasons == ["exists"]

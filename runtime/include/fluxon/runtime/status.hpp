@@ -10,18 +10,28 @@
 
 namespace fluxon {
 
+// The one list of status codes: (name, wire value, what it means). Code, code_name(), the wire
+// enum's check (messages/src/codec.cpp) and the Python exception classes (fluxon.errors, through
+// fluxon._fluxon.ERROR_CODES) are all made from it.
+#define FLUXON_STATUS_CODES(X)                                                                          \
+  X(Ok, 0, "Success.")                                                                                  \
+  X(InvalidArgument, 1, "An argument broke a rule; nothing was reserved or sent.")                      \
+  X(KeyConflict, 2,                                                                                     \
+    "Keys exist or are being written. ``indices[i]`` conflicts because ``reasons[i]`` is ``\"exists\"`` " \
+    "or ``\"inflight\"``.")                                                                             \
+  X(NoSpace, 3, "The value can never fit: larger than a grant, or no capacity configured.")             \
+  X(LocalReserveTimeout, 4, "No slot became free in time; ``stage`` is ``\"claim_turn\"`` or ``\"refill\"``.") \
+  X(KeyNotFound, 5, "Nothing to transfer, or a remote fetch failed (the message names the key and why).") \
+  X(GenerationMismatch, 6, "The owner restarted: plans, handles and mappings of the old generation are void.") \
+  X(Closed, 7, "The client or the owner connection is closed.")                                        \
+  X(Timeout, 8, "No answer in time, or a handle outlived its TTL.")                                     \
+  X(MalformedMessage, 9, "A message failed verification and was rejected.")                            \
+  X(Internal, 10, "A broken internal expectation (a bug): the message says which.")
+
 enum class Code : uint8_t {
-  kOk = 0,
-  kInvalidArgument = 1,
-  kKeyConflict = 2,
-  kNoSpace = 3,
-  kLocalReserveTimeout = 4,
-  kKeyNotFound = 5,
-  kGenerationMismatch = 6,
-  kClosed = 7,
-  kTimeout = 8,
-  kMalformedMessage = 9,
-  kInternal = 10,
+#define FLUXON_CODE_ENUM(name, value, doc) k##name = value,
+  FLUXON_STATUS_CODES(FLUXON_CODE_ENUM)
+#undef FLUXON_CODE_ENUM
 };
 
 std::string_view code_name(Code c);
