@@ -162,41 +162,16 @@ void export_metrics(OwnerState& st) {
   m.gauge("fluxon_owner_publish_jobs", "Publish and route-removal jobs in flight", double(s.publish_jobs));
   m.gauge("fluxon_owner_writeback_jobs", "Owner-hot write-backs in flight", double(st.core->writebacks_pending()));
   m.gauge("fluxon_owner_hot_bytes", "Bytes in the owner-hot tier", double(st.core->hot_bytes()));
-  const auto& c = st.core->counters();
-  m.counter("fluxon_owner_put_start_total", "local_fast_put_start requests", c.put_start_total);
-  m.counter("fluxon_owner_put_keys_total", "Keys given a slot by put_start", c.put_keys_total);
-  m.counter("fluxon_owner_put_commit_total", "Put plans committed (local-read-ready)", c.put_commit_total);
-  m.counter("fluxon_owner_put_abort_total", "Put plans aborted", c.put_abort_total);
-  m.counter("fluxon_owner_put_live_total", "Publish jobs that reached a terminal state", c.put_live_total);
-  m.counter("fluxon_owner_put_conflict_total", "put_start refused by KeyConflict", c.put_conflict_total);
-  m.counter("fluxon_owner_put_nospace_total", "put_start refused by NoSpace", c.put_nospace_total);
-  m.counter("fluxon_owner_reserve_waits_total", "Claims that had to wait for slots", c.reserve_waits_total);
-  m.counter("fluxon_owner_reserve_soft_wait_total", "Claims waiting past the soft wait", c.reserve_soft_wait_total);
-  m.counter("fluxon_owner_reserve_timeout_total", "Claims failed by LocalReserveTimeout", c.reserve_timeout_total);
-  m.counter("fluxon_owner_get_start_total", "get_start requests", c.get_start_total);
-  m.counter("fluxon_owner_get_keys_total", "Keys asked by get_start", c.get_keys_total);
-  m.counter("fluxon_owner_get_hit_keys_total", "Keys inside transferable_len", c.get_hit_keys_total);
-  m.counter("fluxon_owner_get_tail_released_total", "Tail holdings released by partial get_transfer or cancel",
-            c.get_tail_released_total);
-  m.counter("fluxon_owner_handle_ttl_expired_total", "Get handles released by TTL", c.handle_ttl_expired_total);
-  m.counter("fluxon_owner_publish_retry_total", "PutDone re-sent with the same identity (T1)", c.publish_retry_total);
-  m.counter("fluxon_owner_publish_refused_total", "Route items the master refused", c.publish_exists_total);
-  m.counter("fluxon_owner_master_failures_total", "Master requests lost in transport (re-sent later)",
-            c.master_failures_total);
-  m.counter("fluxon_owner_resync_routes_total", "Live routes re-published after the master came back",
-            c.resync_routes_total);
-  m.counter("fluxon_owner_evicted_keys_total", "Keys evicted for capacity (whole cohorts)", c.evicted_keys_total);
-  m.counter("fluxon_owner_eviction_settled_keys_total",
-            "Evicted keys whose route removal the master confirmed (S4: equals evicted at rest)",
-            c.eviction_settled_keys_total);
+  // Every counter of the core, from its one declaration (fluxon/core/owner_counters.hpp).
+  for_each_counter(st.core->counters(), [&](std::string_view name, std::string_view label, std::string_view help,
+                                            uint64_t value) {
+    std::map<std::string, std::string> labels;
+    if (auto eq = label.find('='); eq != std::string_view::npos)
+      labels.emplace(std::string(label.substr(0, eq)), std::string(label.substr(eq + 1)));
+    m.counter(std::string(name), std::string(help), value, labels);
+  });
   m.gauge("fluxon_owner_eviction_debt_bytes", "Bytes selected for eviction whose removal is on its way",
           double(st.core->eviction_debt_bytes()));
-  m.counter("fluxon_owner_pressure_evictions_total",
-            "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free",
-            c.pressure_evictions_total);
-  m.counter("fluxon_owner_evicted_bytes_total", "Slot bytes evicted for capacity", c.evicted_bytes_total);
-  m.counter("fluxon_owner_eviction_rounds_total", "Eviction rounds that selected victims", c.eviction_rounds_total);
-  m.counter("fluxon_owner_route_remove_total", "Routes removed before their slot was freed", c.route_remove_total);
   const char* fh = "Per-key remote get flights by phase (G7)";
   m.gauge("fluxon_owner_get_flights", fh, double(s.flights_starting), {{"phase", "starting"}});
   m.gauge("fluxon_owner_get_flights", fh, double(s.flights_started), {{"phase", "started"}});
@@ -204,75 +179,6 @@ void export_metrics(OwnerState& st) {
   m.gauge("fluxon_owner_get_flights", fh, double(s.flights_revoking), {{"phase", "revoking"}});
   m.gauge("fluxon_owner_get_jobs", "BatchGetStart/Done/Revoke jobs awaiting the master", double(s.get_jobs));
   m.gauge("fluxon_owner_pending_gets", "get_start requests waiting for the master", double(s.pending_gets));
-  const char* sh = "Keys inside transferable_len by source (P2)";
-  m.counter("fluxon_owner_get_prefix_keys_total", sh, c.get_local_keys_total, {{"source", "local"}});
-  m.counter("fluxon_owner_get_prefix_keys_total", sh, c.get_joined_keys_total, {{"source", "inflight_join"}});
-  m.counter("fluxon_owner_get_prefix_keys_total", sh, c.get_leader_keys_total, {{"source", "leader"}});
-  m.counter("fluxon_owner_get_required_keys_total", "Keys asked by get_start (required batch)",
-            c.get_required_keys_total);
-  m.counter("fluxon_owner_get_leaders_total", "Flights started by this owner (leader keys)",
-            c.get_flights_started_total);
-  m.counter("fluxon_owner_get_joins_total", "Keys that joined another batch's flight (GetStart/DMA saved)",
-            c.get_joins_total);
-  m.counter("fluxon_owner_get_master_batches_total", "BatchGetStart requests (one per leader batch)",
-            c.get_master_batches_total);
-  m.counter("fluxon_owner_get_master_retry_total", "Get jobs re-sent with the same identity (T1)",
-            c.get_master_retry_total);
-  m.counter("fluxon_owner_get_suffix_released_total", "Pins, waiters and leaders released past transferable_len",
-            c.get_suffix_released_total);
-  m.counter("fluxon_owner_get_remote_miss_total", "Leader keys the master had no route for", c.get_remote_miss_total);
-  m.counter("fluxon_owner_get_flights_ready_total", "Flights that made a local replica", c.get_flights_ready_total);
-  m.counter("fluxon_owner_get_flights_failed_total", "Flights that ended without a replica",
-            c.get_flights_failed_total);
-  m.counter("fluxon_owner_get_revoked_total", "Remote gets revoked", c.get_revoked_total);
-  m.counter("fluxon_owner_get_done_stale_total", "GetDone refused: the value changed while fetched",
-            c.get_done_stale_total);
-  m.counter("fluxon_owner_get_transfer_failed_total", "get_transfer calls failed by a remote key",
-            c.get_transfer_failed_total);
-  m.counter("fluxon_owner_replica_keys_requested_total", "Put keys published with a replica task",
-            c.replica_keys_requested_total);
-  m.counter("fluxon_owner_replica_tasks_received_total", "Replica tasks this owner pulled from the master",
-            c.replica_tasks_received_total);
-  m.counter("fluxon_owner_replica_tasks_skipped_total", "Replica tasks for keys already here or on their way",
-            c.replica_tasks_skipped_total);
-  m.counter("fluxon_owner_replica_done_total", "Replicas this owner made (fetched and published)",
-            c.replica_done_total);
-  m.counter("fluxon_owner_replica_failed_total",
-            "Replica tasks whose fetch failed on every attempt (a later miss, nothing more)", c.replica_failed_total);
-  m.counter("fluxon_owner_replica_retries_total", "Replica fetches tried again after a failure (3 attempts in all)",
-            c.replica_retries_total);
-  m.counter("fluxon_owner_get_alone_misses_total", "Misses answered without the master (no other owner)",
-            c.get_alone_misses_total);
-  m.counter("fluxon_owner_get_leader_requests_total",
-            "get_starts with leaders (G9: BatchGetStarts, _get_master_batches_total, are fewer when they overlap)",
-            c.get_leader_requests_total);
-  m.counter("fluxon_owner_hot_evicted_keys_total", "Keys the owner-hot tier evicted (write-back candidates)",
-            c.hot_evicted_keys_total);
-  m.counter("fluxon_owner_writeback_cohorts_total", "Exact cohorts written back to a target-role owner",
-            c.writeback_cohorts_total);
-  m.counter("fluxon_owner_writeback_keys_total", "Keys of the cohorts written back", c.writeback_keys_total);
-  m.counter("fluxon_owner_writeback_backed_keys_total", "Written-back keys a target-role owner holds now",
-            c.writeback_backed_keys_total);
-  m.counter("fluxon_owner_writeback_abandoned_total",
-            "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay",
-            c.writeback_abandoned_total);
-  m.counter("fluxon_owner_writeback_requests_total", "WriteBack and Demote requests sent (retries included)",
-            c.writeback_requests_total);
-  m.counter("fluxon_owner_demoted_cohorts_total", "Cohorts demoted: their copies here dropped, the remote copy serves",
-            c.demoted_cohorts_total);
-  m.counter("fluxon_owner_demoted_keys_total", "Keys demoted", c.demoted_keys_total);
-  m.counter("fluxon_owner_demoted_bytes_total", "Slot bytes freed by demotion", c.demoted_bytes_total);
-  m.counter("fluxon_owner_demote_kept_total", "Demotions refused (the remote copy went first): copies kept",
-            c.demote_kept_total);
-  m.counter("fluxon_owner_get_wait_timeouts_total", "get_start decided without the master's answer",
-            c.get_wait_timeouts_total);
-  m.counter("fluxon_owner_transfer_batches_total", "Data-plane fetch batches (one per peer per round)",
-            c.transfer_batches_total);
-  m.counter("fluxon_owner_transfer_keys_total", "Values fetched over the data plane", c.transfer_keys_total);
-  m.counter("fluxon_owner_transfer_bytes_total", "Bytes fetched over the data plane", c.transfer_bytes_total);
-  m.counter("fluxon_owner_transfer_failures_total", "Fetch batches that failed", c.transfer_failures_total);
-  m.counter("fluxon_owner_remove_busy_total", "Route removals deferred while a peer read the copy",
-            c.remove_busy_total);
   if (st.data_server) {
     m.counter("fluxon_owner_data_served_bytes_total", "Bytes this owner served to peers",
               st.data_server->bytes_served());
@@ -281,10 +187,6 @@ void export_metrics(OwnerState& st) {
     m.counter("fluxon_owner_data_refused_requests_total", "Fetch requests refused (generation, range, protocol)",
               st.data_server->requests_refused());
   }
-  m.counter("fluxon_owner_errors_total", "Requests answered with an error", c.errors_total);
-  m.counter("fluxon_owner_malformed_total", "Malformed or unexpected messages rejected", c.malformed_total);
-  m.counter("fluxon_owner_generation_mismatch_total", "Requests for another owner generation",
-            c.generation_mismatch_total);
 }
 
 void flush(Self* self, Outbox& out);

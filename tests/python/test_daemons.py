@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 import fluxon
-from conftest import BUILD, FLUXON_BIN, Cluster, free_port, wait_port
+from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, wait_port
 
 
 def test_external_client_maps_the_owner_segment(cluster):
@@ -171,10 +171,22 @@ def check_metrics(cluster):
     c.cancel_get_transfer(h)
     with pytest.raises(fluxon.MalformedMessage):
         c._c._send_raw_for_test(b"\xff" * 32)
+    assert c.exists_prefix(["m0", "m1"]).prefix_len == 2
+    c.local_fast_put_commit(c.local_fast_put_start(["gone:x"], 4096)).result(10)
+    assert c.remove_prefix("gone:") == 1
     time.sleep(1.3)  # metrics refresh every second
     owner = scrape(cluster.owner_metrics[0])
+    # Every counter of the one declaration is exported (runtime/include/fluxon/core/owner_counters.hpp).
+    import re
+    table = (ROOT / "runtime/include/fluxon/core/owner_counters.hpp").read_text()
+    families = set(re.findall(r'X\(\w+, "(fluxon_owner_\w+)"', table))
+    assert len(families) > 60
+    for fam in families:
+        assert f"# TYPE {fam} counter" in owner, fam
+    assert "fluxon_owner_exists_total 1" in owner
+    assert "fluxon_owner_removed_by_prefix_total 1" in owner
     assert 'fluxon_owner_slots{state="committed"} 3' in owner
-    assert "fluxon_owner_put_start_total 1" in owner
+    assert "fluxon_owner_put_start_total 2" in owner
     assert "fluxon_owner_get_start_total 1" in owner
     assert "fluxon_owner_get_hit_keys_total 1" in owner
     assert "fluxon_owner_errors_total" in owner

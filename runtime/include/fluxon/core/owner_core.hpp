@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fluxon/core/master_core.hpp"
+#include "fluxon/core/owner_counters.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/config.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
@@ -49,46 +50,7 @@ struct OwnerOut {
 };
 using Outbox = std::vector<OwnerOut>;
 
-// Counters the owner exports (Prometheus and stats()).
-struct OwnerCounters {
-  uint64_t put_start_total = 0, put_commit_total = 0, put_abort_total = 0, put_live_total = 0;
-  uint64_t put_keys_total = 0, put_conflict_total = 0, put_nospace_total = 0;
-  uint64_t reserve_waits_total = 0, reserve_soft_wait_total = 0, reserve_timeout_total = 0;
-  uint64_t get_start_total = 0, get_keys_total = 0, get_hit_keys_total = 0;
-  uint64_t get_tail_released_total = 0, handle_ttl_expired_total = 0, handle_cancel_total = 0;
-  uint64_t publish_retry_total = 0, publish_exists_total = 0, route_remove_total = 0, master_failures_total = 0;
-  uint64_t resync_routes_total = 0, evicted_keys_total = 0, evicted_bytes_total = 0, eviction_rounds_total = 0;
-  uint64_t pressure_evictions_total = 0;  // ticks that evicted ahead of claims (free-slot watermark)
-  // S4: every key eviction selects is settled once the master no longer routes to its slot
-  // (removed, or found absent); at rest the two are equal and the selection debt is zero.
-  uint64_t eviction_settled_keys_total = 0;
-  uint64_t errors_total = 0, malformed_total = 0, generation_mismatch_total = 0;
-  // Remote gets (P2, G1-G10): the transferable prefix split into local pins, joins of another
-  // batch's flight and flights this batch leads; master round trips; payload batches.
-  uint64_t get_local_keys_total = 0, get_joined_keys_total = 0, get_leader_keys_total = 0;
-  uint64_t get_required_keys_total = 0, get_flights_started_total = 0, get_joins_total = 0;
-  uint64_t get_master_batches_total = 0, get_master_retry_total = 0, get_suffix_released_total = 0;
-  uint64_t get_remote_miss_total = 0, get_flights_ready_total = 0, get_flights_failed_total = 0;
-  uint64_t get_revoked_total = 0, get_done_stale_total = 0, get_transfer_failed_total = 0;
-  uint64_t transfer_batches_total = 0, transfer_keys_total = 0, transfer_bytes_total = 0;
-  uint64_t transfer_failures_total = 0, get_wait_timeouts_total = 0, remove_busy_total = 0;
-  uint64_t get_alone_misses_total = 0;  // misses answered without the master: no other owner exists
-  uint64_t get_leader_requests_total = 0;  // get_starts with leaders (G9: get_master_batches_total is fewer)
-  uint64_t replica_keys_requested_total = 0;  // put keys published with a replica task
-  uint64_t replica_tasks_received_total = 0, replica_tasks_skipped_total = 0;
-  uint64_t replica_done_total = 0, replica_failed_total = 0, replica_retries_total = 0;
-  // Owner-hot write-back: keys the hot tier evicted; exact cohorts written back to a target-role
-  // owner, their keys, and those a target holds now; jobs given up (no target, the value moved on,
-  // or no copy within writeback_timeout_ms); cohorts demoted (the copies here dropped once the
-  // remote copy stayed) and refused demotions (the remote copy went first: nothing dropped).
-  uint64_t hot_evicted_keys_total = 0, writeback_cohorts_total = 0, writeback_keys_total = 0;
-  uint64_t writeback_backed_keys_total = 0, writeback_abandoned_total = 0, writeback_requests_total = 0;
-  uint64_t demoted_cohorts_total = 0, demoted_keys_total = 0, demoted_bytes_total = 0, demote_kept_total = 0;
-  // exists: questions, those that asked the master for the rest, those the master did not answer in
-  // time (answered with the local prefix), values whose length was not the one expected.
-  uint64_t exists_total = 0, exists_master_total = 0, exists_master_unanswered_total = 0;
-  uint64_t exists_len_mismatch_total = 0, removed_by_prefix_total = 0;
-};
+// Counters the owner exports (Prometheus and stats()): fluxon/core/owner_counters.hpp.
 
 class OwnerCore {
  public:

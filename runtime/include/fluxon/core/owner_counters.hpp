@@ -1,0 +1,109 @@
+// The owner's counters, declared once: (field, Prometheus family, label "key=value" or "", help).
+// OwnerCounters, the Prometheus registration (actors/src/owner_actor.cpp) and for_each_counter()
+// are made from this list; a counter added here is counted, exported and documented at once.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#define FLUXON_OWNER_COUNTERS(X) \
+  X(put_start_total, "fluxon_owner_put_start_total", "", "local_fast_put_start requests") \
+  X(put_commit_total, "fluxon_owner_put_commit_total", "", "Put plans committed (local-read-ready)") \
+  X(put_abort_total, "fluxon_owner_put_abort_total", "", "Put plans aborted") \
+  X(put_live_total, "fluxon_owner_put_live_total", "", "Publish jobs that reached a terminal state") \
+  X(put_keys_total, "fluxon_owner_put_keys_total", "", "Keys given a slot by put_start") \
+  X(put_conflict_total, "fluxon_owner_put_conflict_total", "", "put_start refused by KeyConflict") \
+  X(put_nospace_total, "fluxon_owner_put_nospace_total", "", "put_start refused by NoSpace") \
+  X(reserve_waits_total, "fluxon_owner_reserve_waits_total", "", "Claims that had to wait for slots") \
+  X(reserve_soft_wait_total, "fluxon_owner_reserve_soft_wait_total", "", "Claims waiting past the soft wait") \
+  X(reserve_timeout_total, "fluxon_owner_reserve_timeout_total", "", "Claims failed by LocalReserveTimeout") \
+  X(get_start_total, "fluxon_owner_get_start_total", "", "get_start requests") \
+  X(get_keys_total, "fluxon_owner_get_keys_total", "", "Keys asked by get_start") \
+  X(get_hit_keys_total, "fluxon_owner_get_hit_keys_total", "", "Keys inside transferable_len") \
+  X(get_tail_released_total, "fluxon_owner_get_tail_released_total", "", "Tail holdings released by partial get_transfer or cancel") \
+  X(handle_ttl_expired_total, "fluxon_owner_handle_ttl_expired_total", "", "Get handles released by TTL") \
+  X(publish_retry_total, "fluxon_owner_publish_retry_total", "", "PutDone re-sent with the same identity (T1)") \
+  X(publish_exists_total, "fluxon_owner_publish_refused_total", "", "Route items the master refused") \
+  X(route_remove_total, "fluxon_owner_route_remove_total", "", "Routes removed before their slot was freed") \
+  X(master_failures_total, "fluxon_owner_master_failures_total", "", "Master requests lost in transport (re-sent later)") \
+  X(resync_routes_total, "fluxon_owner_resync_routes_total", "", "Live routes re-published after the master came back") \
+  X(evicted_keys_total, "fluxon_owner_evicted_keys_total", "", "Keys evicted for capacity (whole cohorts)") \
+  X(evicted_bytes_total, "fluxon_owner_evicted_bytes_total", "", "Slot bytes evicted for capacity") \
+  X(eviction_rounds_total, "fluxon_owner_eviction_rounds_total", "", "Eviction rounds that selected victims") \
+  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free") \
+  /* S4: every key eviction selects is settled once the master no longer routes to its slot */ \
+  /* (removed, or found absent); at rest the two are equal and the selection debt is zero. */ \
+  X(eviction_settled_keys_total, "fluxon_owner_eviction_settled_keys_total", "", "Evicted keys whose route removal the master confirmed (S4: equals evicted at rest)") \
+  X(errors_total, "fluxon_owner_errors_total", "", "Requests answered with an error") \
+  X(malformed_total, "fluxon_owner_malformed_total", "", "Malformed or unexpected messages rejected") \
+  X(generation_mismatch_total, "fluxon_owner_generation_mismatch_total", "", "Requests for another owner generation") \
+  /* Remote gets (P2, G1-G10): the transferable prefix split into local pins, joins of another */ \
+  /* batch's flight and flights this batch leads; master round trips; payload batches. */ \
+  X(get_local_keys_total, "fluxon_owner_get_prefix_keys_total", "source=local", "Keys inside transferable_len by source (P2)") \
+  X(get_joined_keys_total, "fluxon_owner_get_prefix_keys_total", "source=inflight_join", "Keys inside transferable_len by source (P2)") \
+  X(get_leader_keys_total, "fluxon_owner_get_prefix_keys_total", "source=leader", "Keys inside transferable_len by source (P2)") \
+  X(get_required_keys_total, "fluxon_owner_get_required_keys_total", "", "Keys asked by get_start (required batch)") \
+  X(get_flights_started_total, "fluxon_owner_get_leaders_total", "", "Flights started by this owner (leader keys)") \
+  X(get_joins_total, "fluxon_owner_get_joins_total", "", "Keys that joined another batch's flight (GetStart/DMA saved)") \
+  X(get_master_batches_total, "fluxon_owner_get_master_batches_total", "", "BatchGetStart requests (one per leader batch)") \
+  X(get_master_retry_total, "fluxon_owner_get_master_retry_total", "", "Get jobs re-sent with the same identity (T1)") \
+  X(get_suffix_released_total, "fluxon_owner_get_suffix_released_total", "", "Pins, waiters and leaders released past transferable_len") \
+  X(get_remote_miss_total, "fluxon_owner_get_remote_miss_total", "", "Leader keys the master had no route for") \
+  X(get_flights_ready_total, "fluxon_owner_get_flights_ready_total", "", "Flights that made a local replica") \
+  X(get_flights_failed_total, "fluxon_owner_get_flights_failed_total", "", "Flights that ended without a replica") \
+  X(get_revoked_total, "fluxon_owner_get_revoked_total", "", "Remote gets revoked") \
+  X(get_done_stale_total, "fluxon_owner_get_done_stale_total", "", "GetDone refused: the value changed while fetched") \
+  X(get_transfer_failed_total, "fluxon_owner_get_transfer_failed_total", "", "get_transfer calls failed by a remote key") \
+  X(transfer_batches_total, "fluxon_owner_transfer_batches_total", "", "Data-plane fetch batches (one per peer per round)") \
+  X(transfer_keys_total, "fluxon_owner_transfer_keys_total", "", "Values fetched over the data plane") \
+  X(transfer_bytes_total, "fluxon_owner_transfer_bytes_total", "", "Bytes fetched over the data plane") \
+  X(transfer_failures_total, "fluxon_owner_transfer_failures_total", "", "Fetch batches that failed") \
+  X(get_wait_timeouts_total, "fluxon_owner_get_wait_timeouts_total", "", "get_start decided without the master's answer") \
+  X(remove_busy_total, "fluxon_owner_remove_busy_total", "", "Route removals deferred while a peer read the copy") \
+  X(get_alone_misses_total, "fluxon_owner_get_alone_misses_total", "", "Misses answered without the master (no other owner)") \
+  X(get_leader_requests_total, "fluxon_owner_get_leader_requests_total", "", "get_starts with leaders (G9: BatchGetStarts, _get_master_batches_total, are fewer when they overlap)") \
+  X(replica_keys_requested_total, "fluxon_owner_replica_keys_requested_total", "", "Put keys published with a replica task") \
+  X(replica_tasks_received_total, "fluxon_owner_replica_tasks_received_total", "", "Replica tasks this owner pulled from the master") \
+  X(replica_tasks_skipped_total, "fluxon_owner_replica_tasks_skipped_total", "", "Replica tasks for keys already here or on their way") \
+  X(replica_done_total, "fluxon_owner_replica_done_total", "", "Replicas this owner made (fetched and published)") \
+  X(replica_failed_total, "fluxon_owner_replica_failed_total", "", "Replica tasks whose fetch failed on every attempt (a later miss, nothing more)") \
+  X(replica_retries_total, "fluxon_owner_replica_retries_total", "", "Replica fetches tried again after a failure (3 attempts in all)") \
+  /* Owner-hot write-back: keys the hot tier evicted; exact cohorts written back to a target-role */ \
+  /* owner, their keys, and those a target holds now; jobs given up (no target, the value moved on, */ \
+  /* or no copy within writeback_timeout_ms); cohorts demoted (the copies here dropped once the */ \
+  /* remote copy stayed) and refused demotions (the remote copy went first: nothing dropped). */ \
+  X(hot_evicted_keys_total, "fluxon_owner_hot_evicted_keys_total", "", "Keys the owner-hot tier evicted (write-back candidates)") \
+  X(writeback_cohorts_total, "fluxon_owner_writeback_cohorts_total", "", "Exact cohorts written back to a target-role owner") \
+  X(writeback_keys_total, "fluxon_owner_writeback_keys_total", "", "Keys of the cohorts written back") \
+  X(writeback_backed_keys_total, "fluxon_owner_writeback_backed_keys_total", "", "Written-back keys a target-role owner holds now") \
+  X(writeback_abandoned_total, "fluxon_owner_writeback_abandoned_total", "", "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay") \
+  X(writeback_requests_total, "fluxon_owner_writeback_requests_total", "", "WriteBack and Demote requests sent (retries included)") \
+  X(demoted_cohorts_total, "fluxon_owner_demoted_cohorts_total", "", "Cohorts demoted: their copies here dropped, the remote copy serves") \
+  X(demoted_keys_total, "fluxon_owner_demoted_keys_total", "", "Keys demoted") \
+  X(demoted_bytes_total, "fluxon_owner_demoted_bytes_total", "", "Slot bytes freed by demotion") \
+  X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept") \
+  /* exists: questions, those that asked the master for the rest, those the master did not answer in */ \
+  /* time (answered with the local prefix), values whose length was not the one expected. */ \
+  X(exists_total, "fluxon_owner_exists_total", "", "exists_prefix questions") \
+  X(exists_master_total, "fluxon_owner_exists_master_total", "", "exists_prefix questions that asked the master for the rest") \
+  X(exists_master_unanswered_total, "fluxon_owner_exists_master_unanswered_total", "", "exists_prefix questions answered with the local prefix: the master did not answer in time") \
+  X(exists_len_mismatch_total, "fluxon_owner_exists_len_mismatch_total", "", "exists_prefix keys found with another length than expected (a miss)") \
+  X(removed_by_prefix_total, "fluxon_owner_removed_by_prefix_total", "", "Values removed by remove_prefix (SGLang clear())")
+
+namespace fluxon {
+
+struct OwnerCounters {
+#define FLUXON_COUNTER_FIELD(field, metric, label, help) uint64_t field = 0;
+  FLUXON_OWNER_COUNTERS(FLUXON_COUNTER_FIELD)
+#undef FLUXON_COUNTER_FIELD
+};
+
+// fn(metric, label, help, value) for every counter, in declaration order.
+template <class Fn>
+void for_each_counter(const OwnerCounters& c, Fn&& fn) {
+#define FLUXON_COUNTER_VISIT(field, metric, label, help) \
+  fn(std::string_view(metric), std::string_view(label), std::string_view(help), c.field);
+  FLUXON_OWNER_COUNTERS(FLUXON_COUNTER_VISIT)
+#undef FLUXON_COUNTER_VISIT
+}
+
+}  // namespace fluxon
