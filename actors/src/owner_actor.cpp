@@ -162,14 +162,7 @@ void export_metrics(OwnerState& st) {
   m.gauge("fluxon_owner_publish_jobs", "Publish and route-removal jobs in flight", double(s.publish_jobs));
   m.gauge("fluxon_owner_writeback_jobs", "Owner-hot write-backs in flight", double(st.core->writebacks_pending()));
   m.gauge("fluxon_owner_hot_bytes", "Bytes in the owner-hot tier", double(st.core->hot_bytes()));
-  // Every counter of the core, from its one declaration (fluxon/core/owner_counters.hpp).
-  for_each_counter(st.core->counters(), [&](std::string_view name, std::string_view label, std::string_view help,
-                                            uint64_t value) {
-    std::map<std::string, std::string> labels;
-    if (auto eq = label.find('='); eq != std::string_view::npos)
-      labels.emplace(std::string(label.substr(0, eq)), std::string(label.substr(eq + 1)));
-    m.counter(std::string(name), std::string(help), value, labels);
-  });
+  register_counters(m, st.core->counters());
   m.gauge("fluxon_owner_eviction_debt_bytes", "Bytes selected for eviction whose removal is on its way",
           double(st.core->eviction_debt_bytes()));
   const char* fh = "Per-key remote get flights by phase (G7)";

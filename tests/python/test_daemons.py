@@ -185,12 +185,17 @@ def check_metrics(cluster):
         assert f"# TYPE {fam} counter" in owner, fam
     assert "fluxon_owner_exists_total 1" in owner
     assert "fluxon_owner_removed_by_prefix_total 1" in owner
+    mtable = (ROOT / "runtime/include/fluxon/core/master_counters.hpp").read_text()
+    mfamilies = set(re.findall(r'X\(\w+, "(fluxon_master_\w+)"', mtable))
+    assert len(mfamilies) > 40
     assert 'fluxon_owner_slots{state="committed"} 3' in owner
     assert "fluxon_owner_put_start_total 2" in owner
     assert "fluxon_owner_get_start_total 1" in owner
     assert "fluxon_owner_get_hit_keys_total 1" in owner
     assert "fluxon_owner_errors_total" in owner
     master = scrape(cluster.metrics_port)
+    for fam in mfamilies:
+        assert f"# TYPE {fam} counter" in master, fam
     assert "fluxon_master_routes 3" in master
     assert "fluxon_master_put_done_total" in master
     c.close()

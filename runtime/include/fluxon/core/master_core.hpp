@@ -8,6 +8,7 @@
 // Busy while the get reads it), BatchGetDone publishes the requester's copy, BatchGetRevoke drops the
 // get. Inflight gets are unique per (key, requester) (G6) and expire after a TTL.
 #pragma once
+#include "fluxon/core/master_counters.hpp"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -22,29 +23,7 @@
 namespace fluxon {
 
 using Millis = int64_t;
-
-struct MasterCounters {
-  uint64_t put_done_total = 0, put_done_duplicate_total = 0, put_done_exists_total = 0;
-  uint64_t put_done_stale_total = 0, routes_published_total = 0, routes_removed_total = 0;
-  uint64_t replicas_published_total = 0, replicas_removed_total = 0;
-  uint64_t lookups_total = 0, lookup_keys_total = 0, lookup_hits_total = 0;
-  uint64_t get_start_total = 0, get_start_keys_total = 0, get_started_total = 0, get_miss_total = 0;
-  uint64_t get_busy_total = 0, get_done_total = 0, get_done_stale_total = 0, get_revoked_total = 0;
-  uint64_t get_ttl_expired_total = 0, remove_busy_total = 0;
-  uint64_t replica_tasks_total = 0, replica_tasks_assigned_total = 0, replica_tasks_no_target_total = 0;
-  uint64_t replica_tasks_obsolete_total = 0, replica_polls_total = 0;
-  // Source removals (eviction, supersede) that left another owner's copy serving the key (the
-  // design's "only the source goes while a replica remains"), and those that removed the last copy.
-  uint64_t removed_with_copies_left_total = 0, removed_last_copy_total = 0;
-  // Owner-hot write-back and single-copy demotion.
-  uint64_t writeback_requests_total = 0, writeback_keys_total = 0, writeback_tasks_total = 0;
-  uint64_t writeback_backed_total = 0, writeback_obsolete_total = 0, writeback_no_target_total = 0;
-  uint64_t demote_requests_total = 0, demoted_keys_total = 0, demote_kept_total = 0, demote_busy_total = 0;
-  // The design's names: Demote requests (attempts), those granted (each an exact cohort set), and
-  // the value bytes whose source copies they dropped.
-  uint64_t owner_hot_demotion_attempts = 0, owner_hot_demotion_cohorts = 0, owner_hot_demotion_selected_bytes = 0;
-  uint64_t owners_registered_total = 0, errors_total = 0, malformed_total = 0;
-};
+// Counters: fluxon/core/master_counters.hpp.
 
 struct Version {
   uint32_t origin_node = 0;

@@ -2,8 +2,7 @@
 // OwnerCounters, the Prometheus registration (actors/src/owner_actor.cpp) and for_each_counter()
 // are made from this list; a counter added here is counted, exported and documented at once.
 #pragma once
-#include <cstdint>
-#include <string_view>
+#include "fluxon/core/counters.hpp"
 
 #define FLUXON_OWNER_COUNTERS(X) \
   X(put_start_total, "fluxon_owner_put_start_total", "", "local_fast_put_start requests") \
@@ -91,19 +90,6 @@
 
 namespace fluxon {
 
-struct OwnerCounters {
-#define FLUXON_COUNTER_FIELD(field, metric, label, help) uint64_t field = 0;
-  FLUXON_OWNER_COUNTERS(FLUXON_COUNTER_FIELD)
-#undef FLUXON_COUNTER_FIELD
-};
-
-// fn(metric, label, help, value) for every counter, in declaration order.
-template <class Fn>
-void for_each_counter(const OwnerCounters& c, Fn&& fn) {
-#define FLUXON_COUNTER_VISIT(field, metric, label, help) \
-  fn(std::string_view(metric), std::string_view(label), std::string_view(help), c.field);
-  FLUXON_OWNER_COUNTERS(FLUXON_COUNTER_VISIT)
-#undef FLUXON_COUNTER_VISIT
-}
+FLUXON_COUNTER_STRUCT(OwnerCounters, FLUXON_OWNER_COUNTERS)
 
 }  // namespace fluxon

@@ -1,0 +1,60 @@
+// The master's counters, declared once (see fluxon/core/counters.hpp).
+#pragma once
+#include "fluxon/core/counters.hpp"
+
+#define FLUXON_MASTER_COUNTERS(X) \
+  X(put_done_total, "fluxon_master_put_done_total", "", "PutDone requests handled") \
+  X(put_done_duplicate_total, "fluxon_master_put_done_duplicate_total", "", "PutDone re-sent with an identity already live (T1)") \
+  X(put_done_exists_total, "fluxon_master_put_done_exists_total", "", "PutDone items refused: another version holds the key") \
+  X(put_done_stale_total, "fluxon_master_put_done_stale_total", "", "PutDone items from an old owner generation") \
+  X(routes_published_total, "fluxon_master_routes_published_total", "", "Routes published") \
+  X(routes_removed_total, "fluxon_master_routes_removed_total", "", "Routes removed") \
+  X(replicas_published_total, "fluxon_master_replicas_published_total", "", "Replicas published (puts and remote gets)") \
+  X(replicas_removed_total, "fluxon_master_replicas_removed_total", "", "Replicas removed") \
+  X(lookups_total, "fluxon_master_lookups_total", "", "Lookup requests") \
+  X(lookup_keys_total, "fluxon_master_lookup_keys_total", "", "Keys looked up") \
+  X(lookup_hits_total, "fluxon_master_lookup_hits_total", "", "Keys found by lookups") \
+  X(get_start_total, "fluxon_master_get_start_total", "", "BatchGetStart requests") \
+  X(get_start_keys_total, "fluxon_master_get_start_keys_total", "", "Keys asked by BatchGetStart") \
+  X(get_started_total, "fluxon_master_get_started_total", "", "Remote gets started (a source replica fenced)") \
+  X(get_miss_total, "fluxon_master_get_miss_total", "", "BatchGetStart keys without a route") \
+  X(get_busy_total, "fluxon_master_get_busy_total", "", "BatchGetStart keys already inflight for the requester") \
+  X(get_done_total, "fluxon_master_get_done_total", "", "Remote gets done") \
+  X(get_done_stale_total, "fluxon_master_get_done_stale_total", "", "GetDone items refused: the version changed or went") \
+  X(get_revoked_total, "fluxon_master_get_revoked_total", "", "Remote gets revoked") \
+  X(get_ttl_expired_total, "fluxon_master_get_ttl_expired_total", "", "Remote gets expired by the inflight TTL") \
+  X(remove_busy_total, "fluxon_master_remove_busy_total", "", "Route removals refused while a get read the replica") \
+  X(replica_tasks_total, "fluxon_master_replica_tasks_total", "", "Replica tasks created by published puts") \
+  X(replica_tasks_assigned_total, "fluxon_master_replica_tasks_assigned_total", "", "Replica tasks handed to a target owner") \
+  X(replica_tasks_no_target_total, "fluxon_master_replica_tasks_no_target_total", "", "Replica tasks refused: no owner of a target role") \
+  X(replica_tasks_obsolete_total, "fluxon_master_replica_tasks_obsolete_total", "", "Replica tasks dropped: version gone or already there") \
+  X(replica_polls_total, "fluxon_master_replica_polls_total", "", "ReplicaPoll requests from target owners") \
+  /* Source removals (eviction, supersede) that left another owner's copy serving the key (the */ \
+  /* design's "only the source goes while a replica remains"), and those that removed the last copy. */ \
+  X(removed_with_copies_left_total, "fluxon_master_removed_with_copies_left_total", "", "Source copies removed while another owner's copy still serves the key") \
+  X(removed_last_copy_total, "fluxon_master_removed_last_copy_total", "", "Removals of a key's last copy (later reads miss)") \
+  /* Owner-hot write-back and single-copy demotion. */ \
+  X(writeback_requests_total, "fluxon_master_writeback_requests_total", "", "WriteBack requests from owners (retries included)") \
+  X(writeback_keys_total, "fluxon_master_writeback_keys_total", "", "Keys owners asked to write back") \
+  X(writeback_tasks_total, "fluxon_master_writeback_tasks_total", "", "Replica tasks queued for write-backs") \
+  X(writeback_backed_total, "fluxon_master_writeback_backed_total", "", "Write-back keys found held by a target-role owner") \
+  X(writeback_obsolete_total, "fluxon_master_writeback_obsolete_total", "", "Write-back keys whose sender held no copy of that version") \
+  X(writeback_no_target_total, "fluxon_master_writeback_no_target_total", "", "Write-back keys refused: no target-role owner") \
+  X(demote_requests_total, "fluxon_master_demote_requests_total", "", "Demote requests from owners (retries included)") \
+  X(demoted_keys_total, "fluxon_master_demoted_keys_total", "", "Source copies dropped by single-copy demotion") \
+  X(demote_kept_total, "fluxon_master_demote_kept_total", "", "Demotions refused: a key had no target copy of its version") \
+  X(demote_busy_total, "fluxon_master_demote_busy_total", "", "Demotions deferred: a remote get read a source copy") \
+  /* The design's names: Demote requests (attempts), those granted (each an exact cohort set), and */ \
+  /* the value bytes whose source copies they dropped. */ \
+  X(owner_hot_demotion_attempts, "fluxon_master_owner_hot_demotion_attempts_total", "", "Demote requests (owner_hot_demotion_attempts)") \
+  X(owner_hot_demotion_cohorts, "fluxon_master_owner_hot_demotion_cohorts_total", "", "Demote requests granted, each an exact cohort set (owner_hot_demotion_cohorts)") \
+  X(owner_hot_demotion_selected_bytes, "fluxon_master_owner_hot_demotion_selected_bytes_total", "", "Value bytes whose source copies demotion dropped (owner_hot_demotion_selected_bytes)") \
+  X(owners_registered_total, "fluxon_master_owners_registered_total", "", "Owner registrations (restarts and reconnects included)") \
+  X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
+  X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
+
+namespace fluxon {
+
+FLUXON_COUNTER_STRUCT(MasterCounters, FLUXON_MASTER_COUNTERS)
+
+}  // namespace fluxon
