@@ -12,22 +12,8 @@ OwnerCore::OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_n
       segment_name_(std::move(segment_name)),
       segment_len_(segment_len),
       pool_(segment_len, cfg_.grant_bytes, cfg_.expected_capacity),
-      resident_([&] {
-        WeightedCache<std::string, ResidentRef>::Options o;
-        o.max_capacity = segment_len;
-        o.enforce_capacity = false;
-        o.shards = 4;
-        o.estimated_entries = std::max<uint64_t>(1024, segment_len / (256 << 10));
-        return o;
-      }()) {
-  if (cfg_.hot_writeback_ratio > 0) {
-    WeightedCache<std::string, ResidentRef>::Options o;
-    o.max_capacity = uint64_t(double(segment_len) * cfg_.hot_writeback_ratio);
-    o.shards = 4;
-    o.estimated_entries = std::max<uint64_t>(1024, segment_len / (256 << 10));
-    hot_ = std::make_unique<WeightedCache<std::string, ResidentRef>>(std::move(o));
-  }
-}
+      local_(segment_len, cfg_.hot_writeback_ratio, cfg_.eviction_tp_cohorts),
+      eviction_({cfg_.eviction, cfg_.eviction_max_bytes_per_round, cfg_.eviction_free_watermark}) {}
 
 void OwnerCore::start(Millis now, Outbox& out) {
   now_ = now;
@@ -67,8 +53,8 @@ std::vector<std::pair<uint64_t, uint64_t>> OwnerCore::take_new_grant_ranges() {
 }
 
 int OwnerCore::local_state(const std::string& key) const {
-  auto it = index_.find(key);
-  if (it == index_.end()) return 0;
+  auto it = local_.find(key);
+  if (it == local_.end()) return 0;
   return it->second.live ? 2 : 1;
 }
 
@@ -166,7 +152,7 @@ bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartRe
   Status conflict(Code::kKeyConflict, "");
   for (uint32_t i = 0; i < n; ++i) {
     const auto& k = req.keys[i];
-    if (req.reject_if_exist_same_key && index_.count(k)) {
+    if (req.reject_if_exist_same_key && local_.contains(k)) {
       conflict.indices.push_back(i);
       conflict.reasons.push_back(ConflictReason::kExists);
     } else if (req.reject_if_inflight_same_key && (inflight_.count(k) || flight_of_.count(k))) {
@@ -251,14 +237,13 @@ void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Mi
     if (inf != inflight_.end() && inf->second == put_id) inflight_.erase(inf);
     // V1: local-read-ready at once; the master is not consulted.
     pool_.commit_local(plan.slots[i]);
-    auto old = index_.find(k);
-    if (old != index_.end()) {
+    auto old = local_.find(k);
+    if (old != local_.end()) {
       Entry prev = old->second;
-      erase_entry(old);
+      local_.erase(old);
       supersede(k, prev, now, out);
     }
-    index_[k] = Entry{put_id, plan.slots[i], plan.value_len, false, group, Version{cfg_.node_id, generation_, put_id}};
-    cohorts_[{put_id, group}].push_back(k);
+    local_.insert(k, Entry{put_id, plan.slots[i], plan.value_len, false, group, Version{cfg_.node_id, generation_, put_id}});
     job.offsets.push_back(pool_.slot_offset(plan.slots[i]));
     job.lens.push_back(plan.value_len);
   }
@@ -348,130 +333,49 @@ void OwnerCore::send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox&
 }
 
 void OwnerCore::remove_key(const std::string& key, Millis now, Outbox& out) {
-  auto it = index_.find(key);
-  if (it == index_.end()) return;
+  auto it = local_.find(key);
+  if (it == local_.end()) return;
   Entry e = it->second;
-  erase_entry(it);
+  local_.erase(it);
   supersede(key, e, now, out);
 }
 
-void OwnerCore::erase_entry(std::unordered_map<std::string, Entry>::iterator it) {
-  const std::string& key = it->first;
-  const Entry& e = it->second;
-  const uint64_t put_id = e.put_id;
-  resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
-  if (hot_) hot_->remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
-  auto c = cohorts_.find({e.put_id, e.group});
-  if (c != cohorts_.end()) {
-    std::erase(c->second, key);
-    if (c->second.empty()) cohorts_.erase(c);
-  }
-  index_.erase(it);
-}
-
 void OwnerCore::settle_evicting(SlotRef slot) {
-  auto it = evicting_slots_.find(slot.packed());
-  if (it == evicting_slots_.end()) return;
-  counters_.eviction_settled_keys_total++;
-  evicting_bytes_ -= it->second;
-  evicting_slots_.erase(it);
+  if (eviction_.settle(slot)) counters_.eviction_settled_keys_total++;
 }
 
 void OwnerCore::keep_free(Millis now, Outbox& out) {
-  if (cfg_.eviction_free_watermark <= 0 || pool_.can_carve()) return;
-  for (const auto& [size, slots] : pool_.class_slots()) {
-    const auto [free, total] = slots;
-    const uint64_t target = uint64_t(double(total) * cfg_.eviction_free_watermark);
-    if (free >= target) continue;
+  for (const auto& [size, bytes] : eviction_.deficits(pool_)) {
     const uint64_t rounds = counters_.eviction_rounds_total;
-    evict_for(size, (target - free) * size, now, out);
+    evict_for(size, bytes, now, out);
     if (counters_.eviction_rounds_total > rounds) counters_.pressure_evictions_total++;
   }
 }
 
 void OwnerCore::evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out) {
-  if (!cfg_.eviction || evicting_bytes_ >= bytes) return;  // S4: bytes in flight are a debt already
-  const uint64_t want = std::min(bytes - evicting_bytes_, cfg_.eviction_max_bytes_per_round);
-  std::vector<std::pair<std::string, ResidentRef>> chosen;
-  auto unheld = [this](const std::string& k, const ResidentRef& r, uint64_t size_class) {
-    auto it = index_.find(k);
-    if (it == index_.end() || it->second.put_id != r.put_id || !it->second.live) return false;
-    if (size_class && pool_.slot_size(it->second.slot) != size_class) return false;
-    return pool_.slot(it->second.slot).holder_refs == 0;  // never a page a reader holds now
-  };
-  // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
-  uint64_t got = resident_.evict_some_if(
-      want, [&](const std::string& k, const ResidentRef& r) { return unheld(k, r, slot_size); }, &chosen);
-  if (got < want)
-    resident_.evict_some_if(
-        want - got, [&](const std::string& k, const ResidentRef& r) { return unheld(k, r, 0); }, &chosen);
-  if (chosen.empty()) return;
+  const auto victims = eviction_.select(local_, pool_, slot_size, bytes);
+  if (victims.empty()) return;
   counters_.eviction_rounds_total++;
-  for (const auto& [key, ref] : chosen) evict_cohort({ref.put_id, ref.group}, now, out);
-}
-
-namespace {
-// SGLang's config suffix "_<tp_rank>_<tp_size>" (the last one that ends the key or is followed by
-// '_' or '.'); the siblings are the same key for the other ranks. None when there is no suffix.
-std::vector<std::string> tp_siblings(const std::string& key) {
-  auto digits_end = [&](size_t i) {
-    while (i < key.size() && isdigit(static_cast<unsigned char>(key[i]))) ++i;
-    return i;
-  };
-  for (size_t p = key.rfind('_'); p != std::string::npos; p = p == 0 ? std::string::npos : key.rfind('_', p - 1)) {
-    const size_t rank_end = digits_end(p + 1);
-    if (rank_end == p + 1 || rank_end - p - 1 > 4 || rank_end >= key.size() || key[rank_end] != '_') continue;
-    const size_t size_end = digits_end(rank_end + 1);
-    if (size_end == rank_end + 1 || size_end - rank_end - 1 > 4) continue;
-    if (size_end != key.size() && key[size_end] != '_' && key[size_end] != '.') continue;
-    const unsigned long rank = std::stoul(key.substr(p + 1, rank_end - p - 1));
-    const unsigned long size = std::stoul(key.substr(rank_end + 1, size_end - rank_end - 1));
-    if (size < 2 || size > 1024 || rank >= size) continue;
-    std::vector<std::string> out;
-    for (unsigned long r = 0; r < size; ++r)
-      if (r != rank) out.push_back(key.substr(0, p + 1) + std::to_string(r) + key.substr(rank_end));
-    return out;
-  }
-  return {};
-}
-}  // namespace
-
-std::vector<OwnerCore::CohortId> OwnerCore::exact_cohort(CohortId cohort) const {
-  // The atomic group, and the same group of the other TP ranks when its keys carry SGLang's
-  // "_<rank>_<size>" suffix (a half-evicted TP cohort restores on no rank).
-  std::vector<CohortId> remaining{cohort};
-  if (cfg_.eviction_tp_cohorts) {
-    auto c = cohorts_.find(cohort);
-    if (c != cohorts_.end())
-      for (const auto& key : c->second)
-        for (const auto& sib : tp_siblings(key)) {
-          auto it = index_.find(sib);
-          if (it == index_.end()) continue;
-          CohortId other{it->second.put_id, it->second.group};
-          if (std::find(remaining.begin(), remaining.end(), other) == remaining.end()) remaining.push_back(other);
-        }
-  }
-  return remaining;
+  for (const auto& cohort : victims) evict_cohort(cohort, now, out);
 }
 
 void OwnerCore::evict_cohort(CohortId cohort, Millis now, Outbox& out) {
-  for (const auto& id : exact_cohort(cohort)) evict_one_cohort(id, now, out);
+  for (const auto& id : local_.exact_cohort(cohort)) evict_one_cohort(id, now, out);
 }
 
 void OwnerCore::evict_one_cohort(CohortId cohort, Millis now, Outbox& out) {
-  auto c = cohorts_.find(cohort);
-  if (c == cohorts_.end()) return;  // already evicted with another member
-  const std::vector<std::string> members = c->second;  // A1: the exact cohort, never part of it
+  const auto* c = local_.cohort(cohort);
+  if (!c) return;  // already evicted with another member
+  const std::vector<std::string> members = *c;  // A1: the exact cohort, never part of it
   // A write-back of this cohort has nothing left to copy or demote: capacity eviction came first (S3).
   if (auto w = writeback_of_.find(cohort); w != writeback_of_.end()) end_writeback(w->second);
   for (const auto& key : members) {
-    auto it = index_.find(key);
-    if (it == index_.end() || it->second.put_id != cohort.first) continue;
+    auto it = local_.find(key);
+    if (it == local_.end() || it->second.put_id != cohort.first) continue;
     const Entry e = it->second;
-    erase_entry(it);
+    local_.erase(it);
     const uint64_t bytes = pool_.slot_size(e.slot);
-    evicting_slots_[e.slot.packed()] = bytes;
-    evicting_bytes_ += bytes;
+    eviction_.chose(e.slot, bytes);
     counters_.evicted_keys_total++;
     counters_.evicted_bytes_total += bytes;
     supersede(key, e, now, out);  // route first; the slot is Free once no holder remains (S2)
@@ -613,7 +517,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
           rm_ids.push_back(Version{cfg_.node_id, generation_, id});
           rm_slots.push_back(job.slots[i]);
         } else {
-          Entry& e = index_[job.keys[i]];
+          Entry& e = local_.at(job.keys[i]);
           e.live = true;
           index_live(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot), hot);
         }
@@ -621,8 +525,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
         // Never published: the local copy is dropped (cache semantics), the caller learns why.
         counters_.publish_exists_total++;
         if (!superseded) {
-          auto it = index_.find(job.keys[i]);
-          if (it != index_.end() && it->second.put_id == id) erase_entry(it);
+          local_.erase_if_copy(job.keys[i], id);
         }
         pool_.route_dropped(job.slots[i]);
         settle_evicting(job.slots[i]);
@@ -687,7 +590,7 @@ void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
   now_ = now;
   start(now, out);
   std::map<uint64_t, PublishJob> by_put;  // the original batches: the same identities again
-  for (const auto& [key, e] : index_) {
+  for (const auto& [key, e] : local_.entries()) {
     if (!e.live) continue;
     PublishJob& j = by_put[e.put_id];
     j.resync = true;
@@ -733,8 +636,7 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
     if (live) continue;  // the master knows the route again
     // Refused: another owner published the key while the master was away. Cache semantics: drop ours.
     counters_.publish_exists_total++;
-    auto it = index_.find(job.keys[i]);
-    if (it != index_.end() && it->second.put_id == put_id) erase_entry(it);
+    local_.erase_if_copy(job.keys[i], put_id);
     pool_.route_dropped(job.slots[i]);
     live_routes_--;
   }

@@ -36,11 +36,10 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
     left--;
     const std::string& key = req.keys[i];
     // LocalJoin: pinned at once (G2). V1: a precommit entry is a local hit, exactly like a live one.
-    if (auto it = index_.find(key); it != index_.end()) {
+    if (auto it = local_.find(key); it != local_.end()) {
       const Entry& e = it->second;
       if (e.live) {  // eviction and write-back order follow reads too
-        resident_.touch(key);
-        if (hot_) hot_->touch(key);
+        local_.touch(key);
       }
       const uint64_t hid = next_holding_++;  // non-zero, unique per export
       pool_.add_holder(e.slot);
@@ -462,12 +461,11 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
         pool_.add_holder(slot);
         f.pinned = true;
       }
-      if (index_.count(f.key)) {
+      if (local_.contains(f.key)) {
         // A local put of the key won meanwhile: this copy's route goes, route first (S2).
         queue_remove({f.key}, {f.ver}, {slot}, {f.batch}, now, out);
       } else {
-        index_[f.key] = Entry{f.batch, slot, f.len, true, f.group, f.ver};
-        cohorts_[{f.batch, f.group}].push_back(f.key);
+        local_.insert(f.key, Entry{f.batch, slot, f.len, true, f.group, f.ver});
         index_live(f.key, ResidentRef{f.batch, f.group}, pool_.slot_size(slot), hot);
       }
       f.phase = Phase::kReady;
@@ -642,7 +640,7 @@ void OwnerCore::start_replica_flights(const std::vector<std::string>& keys, Mill
   GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
   const uint64_t batch = next_put_id_++;
   for (const auto& key : keys) {
-    if (index_.count(key) || flight_of_.count(key) || inflight_.count(key)) {
+    if (local_.contains(key) || flight_of_.count(key) || inflight_.count(key)) {
       counters_.replica_tasks_skipped_total++;  // here already, or on its way
       continue;
     }

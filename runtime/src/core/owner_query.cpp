@@ -37,8 +37,8 @@ void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, 
   uint32_t local = 0;
   bool mismatch = false;  // the first key not found here is here with another length: the prefix ends
   for (; local < n; ++local) {
-    auto it = index_.find(req.keys[local]);
-    if (it == index_.end()) break;
+    auto it = local_.find(req.keys[local]);
+    if (it == local_.end()) break;
     if (req.expected_len && it->second.len != req.expected_len) {
       counters_.exists_len_mismatch_total++;
       mismatch = true;
@@ -112,7 +112,7 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
     return reply_error(session, token, invalid_argument("prefix: must not be empty (it would remove every value)"),
                        out);
   std::vector<std::string> keys;
-  for (const auto& [k, e] : index_)
+  for (const auto& [k, e] : local_.entries())
     if (k.size() >= req.prefix.size() && k.compare(0, req.prefix.size(), req.prefix) == 0) keys.push_back(k);
   // Route first, then the slot once its last holder is gone (S2): the path of every removal.
   for (const auto& k : keys) remove_key(k, now, out);

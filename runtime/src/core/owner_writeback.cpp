@@ -12,17 +12,18 @@
 namespace fluxon {
 
 void OwnerCore::index_live(const std::string& key, ResidentRef ref, uint64_t weight, HotBatch& hot) {
-  (void)resident_.insert(key, ref, weight);
+  local_.enter_resident(key, ref, weight);
   // A target-role owner is where write-backs go: it keeps no hot tier of its own.
-  if (hot_ && !replica_target_) hot.push_back({key, ref, weight});
+  if (local_.hot() && !replica_target_) hot.push_back({key, ref, weight});
 }
 
 void OwnerCore::admit_hot(const HotBatch& batch, Millis now, Outbox& out) {
   // A1: the keys of one reply (whole cohorts) went live together and enter the hot tier together,
   // so no member is evicted (and written back) while another is not live yet.
-  if (!hot_ || batch.empty()) return;
+  auto* hot_tier = local_.hot();
+  if (!hot_tier || batch.empty()) return;
   std::vector<std::pair<std::string, ResidentRef>> evicted;
-  for (const auto& h : batch) (void)hot_->insert(h.key, h.ref, h.weight, &evicted);
+  for (const auto& h : batch) (void)hot_tier->insert(h.key, h.ref, h.weight, &evicted);
   if (!evicted.empty()) write_back(evicted, now, out);
 }
 
@@ -33,19 +34,19 @@ void OwnerCore::write_back(const std::vector<std::pair<std::string, ResidentRef>
   std::vector<uint64_t> fresh;
   for (const auto& [key, ref] : evicted) {
     WriteBackJob job;
-    for (const CohortId& id : exact_cohort({ref.put_id, ref.group})) {
-      auto c = cohorts_.find(id);
-      if (c == cohorts_.end() || writeback_of_.count(id)) continue;  // gone, or on its way already
+    for (const CohortId& id : local_.exact_cohort({ref.put_id, ref.group})) {
+      const auto* c = local_.cohort(id);
+      if (!c || writeback_of_.count(id)) continue;  // gone, or on its way already
       bool live = true;
-      for (const auto& k : c->second) {
-        auto it = index_.find(k);
-        live = live && it != index_.end() && it->second.put_id == id.first && it->second.live;
+      for (const auto& k : *c) {
+        auto it = local_.find(k);
+        live = live && it != local_.end() && it->second.put_id == id.first && it->second.live;
       }
       if (!live) continue;  // not published yet, or leaving: nothing to copy
       job.cohorts.push_back(id);
-      for (const auto& k : c->second) {
+      for (const auto& k : *c) {
         job.keys.push_back(k);
-        job.versions.push_back(index_.at(k).ver);
+        job.versions.push_back(local_.at(k).ver);
         job.put_ids.push_back(id.first);
       }
     }
@@ -169,10 +170,10 @@ void OwnerCore::on_demote_reply(uint64_t id, Envelope& reply_env, Millis now, Ou
   // whose re-publication (resync after a master restart) is in flight goes the superseded way, so
   // that the late re-publication is removed again.
   for (size_t i = 0; i < job.keys.size(); ++i) {
-    auto it = index_.find(job.keys[i]);
-    if (it == index_.end() || it->second.put_id != job.put_ids[i] || !it->second.live) continue;
+    auto it = local_.find(job.keys[i]);
+    if (it == local_.end() || it->second.put_id != job.put_ids[i] || !it->second.live) continue;
     const Entry e = it->second;
-    erase_entry(it);
+    local_.erase(it);
     counters_.demoted_keys_total++;
     counters_.demoted_bytes_total += pool_.slot_size(e.slot);
     auto resync = publish_.find(e.put_id);

@@ -12,6 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "fluxon/core/eviction.hpp"
+#include "fluxon/core/local_index.hpp"
 #include "fluxon/core/master_core.hpp"
 #include "fluxon/core/owner_counters.hpp"
 #include "fluxon/messages/codec.hpp"
@@ -94,24 +96,14 @@ class OwnerCore {
   void remove_key(const std::string& key, Millis now, Outbox& out);
   // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.
   size_t writebacks_pending() const { return writebacks_.size(); }
-  uint64_t eviction_debt_bytes() const { return evicting_bytes_; }
-  uint64_t hot_bytes() const { return hot_ ? hot_->weighted_size() : 0; }
-  bool in_hot_tier(const std::string& key) const { return hot_ && hot_->contains(key); }
+  uint64_t eviction_debt_bytes() const { return eviction_.debt_bytes(); }
+  uint64_t hot_bytes() const { return local_.hot() ? local_.hot()->weighted_size() : 0; }
+  bool in_hot_tier(const std::string& key) const { return local_.hot() && local_.hot()->contains(key); }
 
  private:
-  struct Entry {                // local visible index
-    uint64_t put_id = 0;        // local identity: the put, or the get batch that fetched it
-    SlotRef slot;
-    uint64_t len = 0;
-    bool live = false;          // Committed(route_live)
-    uint32_t group = 0;         // atomic group inside its batch: (put_id, group) is the cohort
-    Version ver;                // the value's version at the master (this owner's put, or the origin)
-  };
-  struct ResidentRef {          // resident index value: the entry's identity
-    uint64_t put_id = 0;
-    uint32_t group = 0;
-  };
-  using CohortId = std::pair<uint64_t, uint32_t>;
+  using Entry = LocalIndex::Entry;
+  using ResidentRef = LocalIndex::ResidentRef;
+  using CohortId = LocalIndex::CohortId;
   struct PutPlan {
     uint64_t session = 0;
     std::vector<std::string> keys;
@@ -266,8 +258,6 @@ class OwnerCore {
   void keep_free(Millis now, Outbox& out);
   void evict_cohort(CohortId cohort, Millis now, Outbox& out);
   void evict_one_cohort(CohortId cohort, Millis now, Outbox& out);
-  // Every way out of the local index goes through here: resident index and cohort bookkeeping.
-  void erase_entry(std::unordered_map<std::string, Entry>::iterator it);
   // A slot left its route: if eviction chose it, its bytes are no longer a debt.
   void settle_evicting(SlotRef slot);
   void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Millis now, Outbox& out);
@@ -279,13 +269,8 @@ class OwnerCore {
   ReservePool pool_;
   OwnerCounters counters_;
 
-  std::unordered_map<std::string, Entry> index_;
-  // Live entries, weighted by slot size, ordered by W-TinyLFU: eviction's candidate order. Unbounded
-  // (capacity is the segment's; only evict_some_if removes), no listener thread (the core owns none).
-  WeightedCache<std::string, ResidentRef> resident_;
-  std::map<CohortId, std::vector<std::string>> cohorts_;
-  std::unordered_map<uint64_t, uint64_t> evicting_slots_;  // packed slot -> bytes selected for eviction
-  uint64_t evicting_bytes_ = 0;
+  LocalIndex local_;  // entries, cohorts, resident and hot tiers
+  Eviction eviction_;  // victim selection and the selection debt (S4)
   std::unordered_map<std::string, uint64_t> inflight_;   // key -> put_id of the open plan
   std::unordered_map<uint64_t, PutPlan> plans_;
   std::deque<Waiter> waiters_;                           // FIFO claim turn
@@ -341,7 +326,6 @@ class OwnerCore {
     std::vector<uint64_t> tokens;  // the Demote attempts (WriteBack attempts live in writeback_batches_)
     Millis next_send = 0, deadline = 0;
   };
-  std::unique_ptr<WeightedCache<std::string, ResidentRef>> hot_;
   std::map<uint64_t, WriteBackJob> writebacks_;
   std::map<CohortId, uint64_t> writeback_of_;  // cohort -> the job that carries it
   uint64_t next_writeback_ = 1;
@@ -370,9 +354,6 @@ class OwnerCore {
   void on_demote_reply(uint64_t id, Envelope& reply, Millis now, Outbox& out);
   void end_writeback(uint64_t id);
   void retry_writebacks(Millis now, Outbox& out);
-  // The exact cohort of `cohort`: itself and, with eviction_tp_cohorts, the same group of the other
-  // TP ranks (keys with SGLang's "_<rank>_<size>" suffix).
-  std::vector<CohortId> exact_cohort(CohortId cohort) const;
   std::unordered_map<uint64_t, Handle> handles_;
   std::unordered_map<uint64_t, Holding> holdings_;
   std::unordered_map<uint64_t, Session> sessions_;

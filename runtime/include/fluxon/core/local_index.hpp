@@ -1,0 +1,90 @@
+// LocalIndex: what an owner holds and can serve now (V1) — its entries by key, the cohorts they
+// form (A1: an atomic group of one put or get batch), the resident tier that orders capacity
+// eviction (W-TinyLFU weighted by slot size) and, with owner-hot write-back, the hot tier. Every way
+// into and out of the index goes through here, so an entry, its cohort and its tier places never
+// disagree. Plain state: no clocks, no I/O, no calls into other components.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "fluxon/core/master_core.hpp"
+#include "fluxon/runtime/reserve_pool.hpp"
+#include "fluxon/runtime/weighted_cache.hpp"
+
+namespace fluxon {
+
+class LocalIndex {
+ public:
+  struct Entry {
+    uint64_t put_id = 0;        // local identity: the put, or the get batch that fetched it
+    SlotRef slot;
+    uint64_t len = 0;
+    bool live = false;          // Committed(route_live)
+    uint32_t group = 0;         // atomic group inside its batch: (put_id, group) is the cohort
+    Version ver;                // the value's version at the master (this owner's put, or the origin)
+  };
+  struct ResidentRef {          // a tier's value: the entry's identity
+    uint64_t put_id = 0;
+    uint32_t group = 0;
+  };
+  using CohortId = std::pair<uint64_t, uint32_t>;
+  using Tier = WeightedCache<std::string, ResidentRef>;
+  using Map = std::unordered_map<std::string, Entry>;
+
+  // segment_len sizes the tiers; hot_ratio > 0 enables the hot tier (that share of the segment);
+  // tp_cohorts: a cohort's exact set includes the other TP ranks' same group (SGLang's key suffix).
+  LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts);
+
+  Map::iterator find(const std::string& key) { return entries_.find(key); }
+  Map::const_iterator find(const std::string& key) const { return entries_.find(key); }
+  Map::iterator end() { return entries_.end(); }
+  Map::const_iterator end() const { return entries_.end(); }
+  bool contains(const std::string& key) const { return entries_.count(key) != 0; }
+  Entry& at(const std::string& key) { return entries_.at(key); }
+  const Map& entries() const { return entries_; }
+  size_t size() const { return entries_.size(); }
+
+  // A new local entry (pending local visible, or a fetched replica), joined to its cohort.
+  void insert(const std::string& key, Entry e);
+  // The entry leaves the index, its cohort and both tiers.
+  void erase(Map::iterator it);
+  // Erases key's entry if it is still the copy of `put_id`; true when it did.
+  bool erase_if_copy(const std::string& key, uint64_t put_id);
+  // The entry went live: it enters the resident tier (the hot tier is admitted by its owner).
+  void enter_resident(const std::string& key, ResidentRef ref, uint64_t weight) {
+    (void)resident_.insert(key, ref, weight);
+  }
+  void touch(const std::string& key) {
+    resident_.touch(key);
+    if (hot_) hot_->touch(key);
+  }
+  Tier& resident() { return resident_; }
+  Tier* hot() { return hot_.get(); }
+  const Tier* hot() const { return hot_.get(); }
+
+  // The keys of a cohort, or null when none is left.
+  const std::vector<std::string>* cohort(CohortId id) const;
+  // The exact cohort of `id`: itself and, with tp_cohorts, the same group of the other TP ranks
+  // (keys with SGLang's "_<rank>_<size>" suffix): a half-evicted TP cohort restores on no rank.
+  std::vector<CohortId> exact_cohort(CohortId id) const;
+
+ private:
+  Map entries_;
+  // Live entries, weighted by slot size, ordered by W-TinyLFU: eviction's candidate order. Unbounded
+  // (capacity is the segment's; only evict_some_if removes), no listener thread.
+  Tier resident_;
+  std::unique_ptr<Tier> hot_;
+  std::map<CohortId, std::vector<std::string>> cohorts_;
+  bool tp_cohorts_;
+};
+
+// SGLang's config suffix "_<tp_rank>_<tp_size>" (the last one that ends the key or is followed by
+// '_' or '.'): the same key for the other ranks. Empty when the key has no such suffix.
+std::vector<std::string> tp_siblings(const std::string& key);
+
+}  // namespace fluxon

@@ -1,0 +1,56 @@
+#include "fluxon/core/eviction.hpp"
+
+#include <algorithm>
+
+namespace fluxon {
+
+std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
+                                                   uint64_t bytes) {
+  if (!cfg_.enabled || debt_bytes_ >= bytes) return {};  // S4: bytes in flight are a debt already
+  const uint64_t want = std::min(bytes - debt_bytes_, cfg_.max_bytes_per_round);
+  std::vector<std::pair<std::string, LocalIndex::ResidentRef>> chosen;
+  auto unheld = [&](const std::string& k, const LocalIndex::ResidentRef& r, uint64_t size_class) {
+    auto it = index.find(k);
+    if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
+    if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
+    return pool.slot(it->second.slot).holder_refs == 0;  // never a page a reader holds now
+  };
+  // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
+  const uint64_t got = index.resident().evict_some_if(
+      want, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return unheld(k, r, slot_size); },
+      &chosen);
+  if (got < want)
+    index.resident().evict_some_if(
+        want - got, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return unheld(k, r, 0); },
+        &chosen);
+  std::vector<LocalIndex::CohortId> cohorts;
+  cohorts.reserve(chosen.size());
+  for (const auto& [key, ref] : chosen) cohorts.emplace_back(ref.put_id, ref.group);
+  return cohorts;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> Eviction::deficits(const ReservePool& pool) const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  if (cfg_.free_watermark <= 0 || pool.can_carve()) return out;
+  for (const auto& [size, slots] : pool.class_slots()) {
+    const auto [free, total] = slots;
+    const uint64_t target = uint64_t(double(total) * cfg_.free_watermark);
+    if (free < target) out.emplace_back(size, (target - free) * size);
+  }
+  return out;
+}
+
+void Eviction::chose(SlotRef slot, uint64_t bytes) {
+  debt_[slot.packed()] = bytes;
+  debt_bytes_ += bytes;
+}
+
+bool Eviction::settle(SlotRef slot) {
+  auto it = debt_.find(slot.packed());
+  if (it == debt_.end()) return false;
+  debt_bytes_ -= it->second;
+  debt_.erase(it);
+  return true;
+}
+
+}  // namespace fluxon

@@ -1,0 +1,92 @@
+#include "fluxon/core/local_index.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace fluxon {
+
+namespace {
+LocalIndex::Tier::Options tier_options(uint64_t capacity, bool enforce, uint64_t segment_len) {
+  LocalIndex::Tier::Options o;
+  o.max_capacity = capacity;
+  o.enforce_capacity = enforce;
+  o.shards = 4;
+  o.estimated_entries = std::max<uint64_t>(1024, segment_len / (256 << 10));
+  return o;
+}
+}  // namespace
+
+LocalIndex::LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts)
+    : resident_(tier_options(segment_len, false, segment_len)), tp_cohorts_(tp_cohorts) {
+  if (hot_ratio > 0)
+    hot_ = std::make_unique<Tier>(tier_options(uint64_t(double(segment_len) * hot_ratio), true, segment_len));
+}
+
+void LocalIndex::insert(const std::string& key, Entry e) {
+  cohorts_[{e.put_id, e.group}].push_back(key);
+  entries_[key] = e;
+}
+
+void LocalIndex::erase(Map::iterator it) {
+  const std::string& key = it->first;
+  const Entry& e = it->second;
+  const uint64_t put_id = e.put_id;
+  resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+  if (hot_) hot_->remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+  auto c = cohorts_.find({e.put_id, e.group});
+  if (c != cohorts_.end()) {
+    std::erase(c->second, key);
+    if (c->second.empty()) cohorts_.erase(c);
+  }
+  entries_.erase(it);
+}
+
+bool LocalIndex::erase_if_copy(const std::string& key, uint64_t put_id) {
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.put_id != put_id) return false;
+  erase(it);
+  return true;
+}
+
+const std::vector<std::string>* LocalIndex::cohort(CohortId id) const {
+  auto c = cohorts_.find(id);
+  return c == cohorts_.end() ? nullptr : &c->second;
+}
+
+std::vector<LocalIndex::CohortId> LocalIndex::exact_cohort(CohortId id) const {
+  std::vector<CohortId> remaining{id};
+  if (!tp_cohorts_) return remaining;
+  if (const auto* keys = cohort(id))
+    for (const auto& key : *keys)
+      for (const auto& sib : tp_siblings(key)) {
+        auto it = entries_.find(sib);
+        if (it == entries_.end()) continue;
+        CohortId other{it->second.put_id, it->second.group};
+        if (std::find(remaining.begin(), remaining.end(), other) == remaining.end()) remaining.push_back(other);
+      }
+  return remaining;
+}
+
+std::vector<std::string> tp_siblings(const std::string& key) {
+  auto digits_end = [&](size_t i) {
+    while (i < key.size() && isdigit(static_cast<unsigned char>(key[i]))) ++i;
+    return i;
+  };
+  for (size_t p = key.rfind('_'); p != std::string::npos; p = p == 0 ? std::string::npos : key.rfind('_', p - 1)) {
+    const size_t rank_end = digits_end(p + 1);
+    if (rank_end == p + 1 || rank_end - p - 1 > 4 || rank_end >= key.size() || key[rank_end] != '_') continue;
+    const size_t size_end = digits_end(rank_end + 1);
+    if (size_end == rank_end + 1 || size_end - rank_end - 1 > 4) continue;
+    if (size_end != key.size() && key[size_end] != '_' && key[size_end] != '.') continue;
+    const unsigned long rank = std::stoul(key.substr(p + 1, rank_end - p - 1));
+    const unsigned long size = std::stoul(key.substr(rank_end + 1, size_end - rank_end - 1));
+    if (size < 2 || size > 1024 || rank >= size) continue;
+    std::vector<std::string> out;
+    for (unsigned long r = 0; r < size; ++r)
+      if (r != rank) out.push_back(key.substr(0, p + 1) + std::to_string(r) + key.substr(rank_end));
+    return out;
+  }
+  return {};
+}
+
+}  // namespace fluxon

@@ -1,0 +1,100 @@
+// LocalIndex on its own: an entry, its cohort and its tier places never disagree (A1's bookkeeping).
+#include <doctest/doctest.h>
+
+#include "fluxon/core/local_index.hpp"
+
+using namespace fluxon;
+
+namespace {
+LocalIndex::Entry entry(uint64_t put_id, uint32_t group, uint64_t len = 4096) {
+  LocalIndex::Entry e;
+  e.put_id = put_id;
+  e.group = group;
+  e.len = len;
+  return e;
+}
+}  // namespace
+
+TEST_CASE("LocalIndex: entries join their cohort; erasing one leaves the rest; the last takes the cohort") {
+  LocalIndex ix(64 << 20, 0, true);
+  ix.insert("a", entry(7, 0));
+  ix.insert("b", entry(7, 0));
+  ix.insert("c", entry(7, 1));
+  REQUIRE(ix.cohort({7, 0}));
+  CHECK(*ix.cohort({7, 0}) == std::vector<std::string>{"a", "b"});
+  ix.enter_resident("a", {7, 0}, 4096);
+  ix.erase(ix.find("a"));
+  CHECK_FALSE(ix.contains("a"));
+  CHECK_FALSE(ix.resident().contains("a"));
+  CHECK(*ix.cohort({7, 0}) == std::vector<std::string>{"b"});
+  CHECK_FALSE(ix.erase_if_copy("b", 8));  // another copy's identity: kept
+  CHECK(ix.erase_if_copy("b", 7));
+  CHECK(ix.cohort({7, 0}) == nullptr);
+  CHECK(ix.size() == 1);
+}
+
+TEST_CASE("LocalIndex: the exact cohort takes the other TP ranks' same group, and only with tp_cohorts") {
+  for (bool tp : {true, false}) {
+    LocalIndex ix(64 << 20, 0.5, tp);
+    ix.insert("sglang:h1_m_0_2", entry(1, 0));
+    ix.insert("sglang:h2_m_0_2", entry(1, 0));
+    ix.insert("sglang:h1_m_1_2", entry(2, 3));  // rank 1's copy of the group, another batch
+    ix.insert("sglang:h9_m_1_2", entry(5, 0));  // unrelated
+    auto exact = ix.exact_cohort({1, 0});
+    if (tp)
+      CHECK(exact == std::vector<LocalIndex::CohortId>{{1, 0}, {2, 3}});
+    else
+      CHECK(exact == std::vector<LocalIndex::CohortId>{{1, 0}});
+    REQUIRE(ix.hot());
+  }
+  CHECK(tp_siblings("k_1_4.mamba") == std::vector<std::string>{"k_0_4.mamba", "k_2_4.mamba", "k_3_4.mamba"});
+  CHECK(tp_siblings("no-suffix").empty());
+  CHECK(tp_siblings("k_3_2").empty());  // rank >= size: not a TP suffix
+}
+
+TEST_CASE("LocalIndex: an erased entry leaves the hot tier too") {
+  LocalIndex ix(64 << 20, 0.5, false);
+  ix.insert("h", entry(3, 0));
+  ix.enter_resident("h", {3, 0}, 4096);
+  (void)ix.hot()->insert("h", {3, 0}, 4096);
+  ix.erase(ix.find("h"));
+  CHECK_FALSE(ix.hot()->contains("h"));
+  CHECK_FALSE(ix.resident().contains("h"));
+}
+
+#include "fluxon/core/eviction.hpp"
+
+TEST_CASE("Eviction S4: the debt already on its way counts; a round takes at most its cap; settle clears it") {
+  ReservePool pool(8 << 20, 1 << 20, std::nullopt);
+  LocalIndex ix(8 << 20, 0, false);
+  Eviction ev({true, 8192, 0});
+  std::vector<SlotRef> slots;
+  for (int i = 0; i < 4; ++i) {
+    auto c = pool.try_claim(4096, 1);
+    REQUIRE((c.ok() && c.value()));
+    SlotRef s = (*c.value())[0];
+    pool.commit_local(s);
+    pool.route_live(s);
+    slots.push_back(s);
+    LocalIndex::Entry e;
+    e.put_id = uint64_t(i + 1);
+    e.slot = s;
+    e.len = 4096;
+    e.live = true;
+    ix.insert("k" + std::to_string(i), e);
+    ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
+  }
+  auto v = ev.select(ix, pool, 4096, 3 * 4096);
+  CHECK(v.size() == 2);  // the cap: 8 KiB a round
+  for (auto& c : v) ev.chose(slots[c.first - 1], 4096);
+  CHECK(ev.debt_bytes() == 8192);
+  CHECK(ev.select(ix, pool, 4096, 8192).empty());  // already on its way
+  CHECK(ev.select(ix, pool, 4096, 3 * 4096).size() == 1);
+  CHECK(ev.settle(slots[v[0].first - 1]));
+  CHECK_FALSE(ev.settle(slots[v[0].first - 1]));
+  CHECK(ev.debt_bytes() == 4096);
+  pool.add_holder(slots[3]);  // a reader holds k3: never taken
+  for (auto& c : ev.select(ix, pool, 4096, 1 << 20)) CHECK(c.first != 4);
+  Eviction off({false, 8192, 0});
+  CHECK(off.select(ix, pool, 4096, 1 << 20).empty());
+}
