@@ -389,3 +389,17 @@ def test_a_logical_kv_anchor_holds_nothing_and_the_v2_pools_decide(shared_cluste
     r = b.batch_exists_v2(hashes, [PoolTransfer(PoolName.MAMBA, keys=["w"], hit_policy=PoolHitPolicy.TRAILING_PAGES)])
     assert r.kv_hit_pages == 3
     b.close()
+
+
+def test_the_stand_in_restates_sglangs_signatures():
+    from fluxon.sglang import HAVE_SGLANG, HiCacheStorageConfig, PoolTransferResult
+    if HAVE_SGLANG:
+        pytest.skip("SGLang's own classes are in use")
+    with pytest.raises(TypeError):  # the ten leading fields have no defaults, as upstream
+        HiCacheStorageConfig(tp_rank=0, tp_size=1)
+    r = PoolTransferResult.empty()
+    r.update_kv_hit_pages(3)
+    r.update_extra_pool_hit_pages({"mamba": 2})
+    assert (r.kv_hit_pages, r.extra_pool_hit_pages) == (3, {"mamba": 2})
+    with pytest.raises(TypeError):  # abstract: the legacy calls must be implemented
+        HiCacheStorage()

@@ -32,6 +32,11 @@ if os.environ.get("FLUXON_SGLANG_STANDIN") != "1":
             from sglang.srt.observability.metrics_collector import StorageMetrics  # noqa: F401
         except ImportError:
             from sglang.srt.metrics.collector import StorageMetrics  # noqa: F401
+        try:  # newer trees only
+            from sglang.srt.mem_cache.hicache_storage import (PrefetchTimeoutConfig,  # noqa: F401
+                                                              SidecarPoolSpec, count_pool_hits)
+        except ImportError:
+            pass
         HAVE_SGLANG = True
     except ImportError:
         HAVE_SGLANG = False
@@ -95,9 +100,34 @@ if not HAVE_SGLANG:
         indices_from_pool: Optional[PoolName] = None
 
     @dataclass
+    class SidecarPoolSpec:
+        pool_name: PoolName
+        indices_from_pool: PoolName
+        hit_policy: PoolHitPolicy = PoolHitPolicy.ALL_PAGES
+
+    @dataclass
     class PoolTransferResult:
         kv_hit_pages: int
         extra_pool_hit_pages: dict
+
+        @classmethod
+        def empty(cls) -> "PoolTransferResult":
+            return cls(0, {})
+
+        def update_kv_hit_pages(self, kv_hit_pages: int) -> None:
+            self.kv_hit_pages = max(self.kv_hit_pages, kv_hit_pages)
+
+        def update_extra_pool_hit_pages(self, results: dict) -> None:
+            self.extra_pool_hit_pages.update(results)
+
+    def count_pool_hits(results: dict) -> dict:
+        return {name: (rs.index(False) if False in rs else len(rs)) for name, rs in results.items()}
+
+    @dataclass(frozen=True)
+    class PrefetchTimeoutConfig:
+        base: float = 2.0
+        per_ki_token: float = 0.1
+        max: float = 30.0
 
     @dataclass
     class StorageMetrics:
