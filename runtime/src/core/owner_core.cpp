@@ -710,7 +710,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
       counters_.reserve_soft_wait_total++;
     }
     const uint32_t asked = w.req->body.AsPutStartReq()->max_wait_ms;
-    const uint64_t limit = asked ? std::min<uint64_t>(asked, cfg_.hard_timeout_ms) : cfg_.hard_timeout_ms;
+    const Millis limit = asked ? std::min<Millis>(asked, cfg_.hard_timeout_ms) : Millis(cfg_.hard_timeout_ms);
     if (now - w.since >= limit) {
       counters_.reserve_timeout_total++;
       Status s(Code::kLocalReserveTimeout, "no slot became free within " + std::to_string(limit) +
