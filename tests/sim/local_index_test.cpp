@@ -98,3 +98,29 @@ TEST_CASE("Eviction S4: the debt already on its way counts; a round takes at mos
   Eviction off({false, 8192, 0});
   CHECK(off.select(ix, pool, 4096, 1 << 20).empty());
 }
+
+#include "fluxon/core/retry_table.hpp"
+
+TEST_CASE("RetryTable T1: every attempt's reply finds its job until it is settled; then none does") {
+  RetryTable<std::string> t;
+  t.emplace(7, "publish 7");
+  t.attempt(7, 100);
+  t.attempt(7, 101);  // re-sent: both attempts stay answerable
+  t.emplace(8, "publish 8");
+  t.attempt(8, 102);
+  CHECK(t.id_of(100) == 7u);
+  CHECK(t.id_of(101) == 7u);
+  CHECK(t.id_of(102) == 8u);
+  CHECK(t.attempts_in_flight() == 3);
+  CHECK(t.take(t.find(7)) == "publish 7");  // a late reply to 100 or 101 finds nothing now
+  CHECK_FALSE(t.id_of(100).has_value());
+  CHECK_FALSE(t.id_of(101).has_value());
+  t.forget(8);  // answered, the job goes on (a removal with busy items)
+  CHECK(t.count(8) == 1);
+  CHECK_FALSE(t.id_of(102).has_value());
+  t.attempt(8, 103);
+  CHECK(t.id_of(103) == 8u);
+  t.erase(t.find(8));
+  CHECK(t.empty());
+  CHECK(t.attempts_in_flight() == 0);
+}

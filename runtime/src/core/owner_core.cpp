@@ -17,10 +17,8 @@ OwnerCore::OwnerCore(OwnerConfig cfg, uint64_t generation, std::string segment_n
 
 void OwnerCore::start(Millis now, Outbox& out) {
   now_ = now;
-  if (register_token_) master_tokens_.erase(register_token_);
-  register_token_ = next_master_token_++;
+  register_token_ = new_token(JobKind::kRegister);  // an older attempt's reply is dropped from now on
   register_sent_ = now;
-  master_tokens_[register_token_] = {JobKind::kRegister, 0};
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, register_token_, register_request()});
 }
 
@@ -121,8 +119,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   if (auto* p = req.body.AsExistsReq()) return exists(token, session, *p, now, out);
   if (auto* p = req.body.AsRemovePrefixReq()) return remove_prefix(token, session, *p, now, out);
   if (req.body.AsMasterStatsReq()) {  // forwarded: clients of a daemon owner have no master link
-    const uint64_t tok = next_master_token_++;
-    master_tokens_[tok] = {JobKind::kProxy, 0};
+    const uint64_t tok = new_token(JobKind::kProxy);
     proxied_[tok] = {session, token};
     out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(wire::MasterStatsReqT{})});
     return;
@@ -277,10 +274,10 @@ void OwnerCore::send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbo
     pd.items.push_back(std::move(item));
   }
   // Earlier attempts stay answerable: any reply for this identity settles the job (T1).
-  job.tokens.push_back(next_master_token_++);
+  const uint64_t tok = new_token(JobKind::kPublish);
+  publish_.attempt(put_id, tok);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {JobKind::kPublish, put_id};
-  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), make_envelope(std::move(pd))});
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(pd))});
 }
 
 void OwnerCore::supersede(const std::string& key, Entry old, Millis now, Outbox& out) {
@@ -309,7 +306,7 @@ void OwnerCore::queue_remove(std::vector<std::string> keys, std::vector<Version>
                              std::vector<uint64_t> instances, Millis now, Outbox& out) {
   const uint64_t id = next_remove_job_++;
   auto [it, _] = removes_.emplace(
-      id, RemoveJob{std::move(keys), std::move(versions), std::move(slots), std::move(instances), {}, 0});
+      id, RemoveJob{std::move(keys), std::move(versions), std::move(slots), std::move(instances), 0});
   send_remove(id, it->second, now, out);
 }
 
@@ -326,10 +323,10 @@ void OwnerCore::send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox&
     item->instance = job.instances[i];
     rr.items.push_back(std::move(item));
   }
-  job.tokens.push_back(next_master_token_++);
+  const uint64_t tok = new_token(JobKind::kRemove);
+  removes_.attempt(job_id, tok);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {JobKind::kRemove, job_id};
-  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), make_envelope(std::move(rr))});
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(rr))});
 }
 
 void OwnerCore::remove_key(const std::string& key, Millis now, Outbox& out) {
@@ -447,11 +444,8 @@ void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
 
 void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now, Outbox& out) {
   now_ = now;
-  auto t = master_tokens_.find(token);
-  if (t == master_tokens_.end()) return;  // a duplicate or superseded reply: already settled
-  auto [kind, id] = t->second;
+  const JobKind kind = kind_of(token);
   if (kind == JobKind::kProxy) {
-    master_tokens_.erase(t);
     auto p = proxied_.find(token);
     if (p != proxied_.end()) {
       reply(OwnerOut::Kind::kReply, p->second.first, p->second.second, std::move(reply_env), out);
@@ -459,131 +453,154 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply_env, Millis now,
     }
     return;
   }
-  if (kind == JobKind::kExists) {
-    master_tokens_.erase(t);
-    return on_exists_reply(token, reply_env, out);
-  }
+  if (kind == JobKind::kExists) return on_exists_reply(token, reply_env, out);
   if (reply_env.body.AsError()) return;  // keep the job; tick() re-sends with the same identity
-  if (kind == JobKind::kRegister) {
-    master_tokens_.erase(t);
-    register_token_ = 0;
-    if (auto* rr = reply_env.body.AsRegisterOwnerReply()) {
-      replica_target_ = rr->replica_target;
+  switch (kind) {
+    case JobKind::kRegister:
+      if (token != register_token_) return;  // an older registration's answer
+      register_token_ = 0;
+      if (auto* rr = reply_env.body.AsRegisterOwnerReply()) replica_target_ = rr->replica_target;
+      break;
+    case JobKind::kReplicaPoll: {
+      // Only the poll in flight counts; a late duplicate of a settled poll is dropped.
+      if (std::find(replica_poll_tokens_.begin(), replica_poll_tokens_.end(), token) == replica_poll_tokens_.end())
+        return;
+      auto* rp = reply_env.body.AsReplicaPollReply();
+      if (!rp) return;
+      replica_poll_tokens_.clear();
+      replica_poll_id_ = 0;
+      on_replica_tasks(*rp, now, out);
+      break;
     }
-  } else if (kind == JobKind::kReplicaPoll) {
-    if (id != replica_poll_id_) {  // a late duplicate of a settled poll
-      master_tokens_.erase(t);
-      return;
-    }
-    auto* rp = reply_env.body.AsReplicaPollReply();
-    if (!rp) return;
-    for (uint64_t tok : replica_poll_tokens_) master_tokens_.erase(tok);
-    replica_poll_tokens_.clear();
-    replica_poll_id_ = 0;
-    on_replica_tasks(*rp, now, out);
-  } else if (kind == JobKind::kGet) {
-    on_get_job_reply(id, reply_env, now, out);
-  } else if (kind == JobKind::kDemote) {
-    on_demote_reply(id, reply_env, now, out);
-  } else if (kind == JobKind::kWriteBackBatch) {
-    on_writeback_batch_reply(token, reply_env, now, out);
-  } else if (kind == JobKind::kPublish) {
-    auto j = publish_.find(id);
-    auto* pr = reply_env.body.AsPutDoneReply();
-    // Identity mismatch: keep the job, tick() re-sends.
-    if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return;
-    PublishJob job = std::move(j->second);
-    publish_.erase(j);
-    for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
-    if (job.resync) {
-      settle_resync(id, job, *pr, now, out);
-      if (pool_.take_freed()) serve_waiters(out);
-      return;
-    }
-    Status result = Status::ok();
-    std::vector<std::string> rm_keys;
-    std::vector<Version> rm_ids;
-    std::vector<SlotRef> rm_slots;
-    HotBatch hot;
-    for (size_t i = 0; i < job.keys.size(); ++i) {
-      const bool superseded = job.superseded[i];
-      const auto res = pr->results[i];
-      if (res == wire::PutItemResult::Live) {
-        pool_.route_live(job.slots[i]);
-        live_routes_++;
-        if (superseded) {
-          // A newer version replaced it locally: remove this route, then the slot (S2).
-          rm_keys.push_back(job.keys[i]);
-          rm_ids.push_back(Version{cfg_.node_id, generation_, id});
-          rm_slots.push_back(job.slots[i]);
-        } else {
-          Entry& e = local_.at(job.keys[i]);
-          e.live = true;
-          index_live(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot), hot);
-        }
-      } else {
-        // Never published: the local copy is dropped (cache semantics), the caller learns why.
-        counters_.publish_exists_total++;
-        if (!superseded) {
-          local_.erase_if_copy(job.keys[i], id);
-        }
-        pool_.route_dropped(job.slots[i]);
-        settle_evicting(job.slots[i]);
-        if (result.is_ok()) {
-          result = Status(res == wire::PutItemResult::Exists ? Code::kKeyConflict : Code::kGenerationMismatch,
-                          "route for key '" + job.keys[i] + "' was not published: " +
-                              wire::EnumNamePutItemResult(res));
-        }
-        if (res == wire::PutItemResult::Exists) {
-          result.indices.push_back(uint32_t(i));
-          result.reasons.push_back(ConflictReason::kExists);
-        }
-      }
-    }
-    if (!rm_keys.empty()) {
-      std::vector<uint64_t> instances(rm_keys.size(), id);
-      queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), std::move(instances), now, out);
-    }
-    admit_hot(hot, now, out);
-    counters_.put_live_total++;
-    if (sessions_.count(job.session)) {
-      wire::PutLiveT live;
-      live.put_id = id;
-      if (!result.is_ok()) live.error = std::make_unique<wire::ErrorT>(to_wire(result));
-      out.push_back(OwnerOut{OwnerOut::Kind::kNote, job.session, 0, make_envelope(std::move(live))});
-    }
-  } else {
-    auto j = removes_.find(id);
-    auto* rr = reply_env.body.AsRemoveRoutesReply();
-    if (j == removes_.end() || !rr || rr->removed.size() != j->second.keys.size()) return;
-    RemoveJob& job = j->second;
-    for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
-    job.tokens.clear();
-    RemoveJob busy;
-    for (size_t i = 0; i < job.keys.size(); ++i) {
-      if (i < rr->busy.size() && rr->busy[i]) {
-        // A remote get reads this copy now (activity fence): keep the slot, ask again later.
-        counters_.remove_busy_total++;
-        busy.keys.push_back(job.keys[i]);
-        busy.versions.push_back(job.versions[i]);
-        busy.slots.push_back(job.slots[i]);
-        busy.instances.push_back(job.instances[i]);
-        continue;
-      }
-      // Removed or already absent: either way no master route references the slot now.
-      pool_.route_dropped(job.slots[i]);
-      settle_evicting(job.slots[i]);
-      live_routes_--;
-      counters_.route_remove_total++;
-    }
-    if (busy.keys.empty()) {
-      removes_.erase(j);
-    } else {
-      busy.next_send = now + cfg_.publish_retry_ms;
-      job = std::move(busy);
-    }
+    case JobKind::kGet:
+      if (auto id = get_jobs_.id_of(token)) on_get_job_reply(*id, reply_env, now, out);
+      break;
+    case JobKind::kDemote:
+      if (auto id = writebacks_.id_of(token)) on_demote_reply(*id, reply_env, now, out);
+      break;
+    case JobKind::kWriteBackBatch:
+      on_writeback_batch_reply(token, reply_env, now, out);
+      break;
+    case JobKind::kPublish:
+      if (auto id = publish_.id_of(token)) on_publish_reply(*id, reply_env, now, out);
+      break;
+    case JobKind::kRemove:
+      if (auto id = removes_.id_of(token)) on_remove_reply(*id, reply_env, now, out);
+      break;
+    default:
+      return;  // not a token of this owner
   }
   if (pool_.take_freed()) serve_waiters(out);
+}
+
+bool OwnerCore::known_token(uint64_t token) const {
+  switch (kind_of(token)) {
+    case JobKind::kRegister: return token == register_token_;
+    case JobKind::kProxy: return proxied_.count(token) != 0;
+    case JobKind::kExists: return exists_jobs_.count(token) != 0;
+    case JobKind::kReplicaPoll:
+      return std::find(replica_poll_tokens_.begin(), replica_poll_tokens_.end(), token) != replica_poll_tokens_.end();
+    case JobKind::kGet: return get_jobs_.id_of(token).has_value();
+    case JobKind::kDemote: return writebacks_.id_of(token).has_value();
+    case JobKind::kWriteBackBatch: return writeback_batches_.count(token) != 0;
+    case JobKind::kPublish: return publish_.id_of(token).has_value();
+    case JobKind::kRemove: return removes_.id_of(token).has_value();
+  }
+  return false;
+}
+
+// PutDone's answer: the batch's routes are live (or refused), its slots follow, the caller learns.
+void OwnerCore::on_publish_reply(uint64_t id, Envelope& reply_env, Millis now, Outbox& out) {
+  auto j = publish_.find(id);
+  auto* pr = reply_env.body.AsPutDoneReply();
+  // Identity mismatch: keep the job, tick() re-sends.
+  if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return;
+  PublishJob job = publish_.take(j);  // any attempt's reply settles the job and all its attempts
+  if (job.resync) return settle_resync(id, job, *pr, now, out);
+  Status result = Status::ok();
+  std::vector<std::string> rm_keys;
+  std::vector<Version> rm_ids;
+  std::vector<SlotRef> rm_slots;
+  HotBatch hot;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    const bool superseded = job.superseded[i];
+    const auto res = pr->results[i];
+    if (res == wire::PutItemResult::Live) {
+      pool_.route_live(job.slots[i]);
+      live_routes_++;
+      if (superseded) {
+        // A newer version replaced it locally: remove this route, then the slot (S2).
+        rm_keys.push_back(job.keys[i]);
+        rm_ids.push_back(Version{cfg_.node_id, generation_, id});
+        rm_slots.push_back(job.slots[i]);
+      } else {
+        Entry& e = local_.at(job.keys[i]);
+        e.live = true;
+        index_live(job.keys[i], ResidentRef{id, e.group}, pool_.slot_size(e.slot), hot);
+      }
+    } else {
+      // Never published: the local copy is dropped (cache semantics), the caller learns why.
+      counters_.publish_exists_total++;
+      if (!superseded) {
+        local_.erase_if_copy(job.keys[i], id);
+      }
+      pool_.route_dropped(job.slots[i]);
+      settle_evicting(job.slots[i]);
+      if (result.is_ok()) {
+        result = Status(res == wire::PutItemResult::Exists ? Code::kKeyConflict : Code::kGenerationMismatch,
+                        "route for key '" + job.keys[i] + "' was not published: " +
+                            wire::EnumNamePutItemResult(res));
+      }
+      if (res == wire::PutItemResult::Exists) {
+        result.indices.push_back(uint32_t(i));
+        result.reasons.push_back(ConflictReason::kExists);
+      }
+    }
+  }
+  if (!rm_keys.empty()) {
+    std::vector<uint64_t> instances(rm_keys.size(), id);
+    queue_remove(std::move(rm_keys), std::move(rm_ids), std::move(rm_slots), std::move(instances), now, out);
+  }
+  admit_hot(hot, now, out);
+  counters_.put_live_total++;
+  if (sessions_.count(job.session)) {
+    wire::PutLiveT live;
+    live.put_id = id;
+    if (!result.is_ok()) live.error = std::make_unique<wire::ErrorT>(to_wire(result));
+    out.push_back(OwnerOut{OwnerOut::Kind::kNote, job.session, 0, make_envelope(std::move(live))});
+  }
+}
+
+// RemoveRoutes' answer: removed (or absent) items free their slots' routes; busy ones ask again.
+void OwnerCore::on_remove_reply(uint64_t id, Envelope& reply_env, Millis now, Outbox& out) {
+  auto j = removes_.find(id);
+  auto* rr = reply_env.body.AsRemoveRoutesReply();
+  if (j == removes_.end() || !rr || rr->removed.size() != j->second.keys.size()) return;
+  RemoveJob& job = j->second;
+  removes_.forget(id);  // answered: a later reply to an earlier attempt finds nothing
+  RemoveJob busy;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    if (i < rr->busy.size() && rr->busy[i]) {
+      // A remote get reads this copy now (activity fence): keep the slot, ask again later.
+      counters_.remove_busy_total++;
+      busy.keys.push_back(job.keys[i]);
+      busy.versions.push_back(job.versions[i]);
+      busy.slots.push_back(job.slots[i]);
+      busy.instances.push_back(job.instances[i]);
+      continue;
+    }
+    // Removed or already absent: either way no master route references the slot now.
+    pool_.route_dropped(job.slots[i]);
+    settle_evicting(job.slots[i]);
+    live_routes_--;
+    counters_.route_remove_total++;
+  }
+  if (busy.keys.empty()) {
+    removes_.erase(j);
+  } else {
+    busy.next_send = now + cfg_.publish_retry_ms;
+    job = std::move(busy);
+  }
 }
 
 void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
@@ -649,12 +666,11 @@ void OwnerCore::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutD
 void OwnerCore::on_master_failure(uint64_t token) {
   // The job stays as it is and tick() re-sends it with the same identity when its retry time
   // comes: nothing is freed on a guess (T1). Only the failure is counted.
-  auto t = master_tokens_.find(token);
-  if (t == master_tokens_.end()) return;
+  if (!known_token(token)) return;
   counters_.master_failures_total++;
   // A proxied request is answered by the client's own timeout (not retried: it changes nothing).
   // An exists question is answered with its local prefix at the next tick.
-  if (t->second.first == JobKind::kExists)
+  if (kind_of(token) == JobKind::kExists)
     if (auto e = exists_jobs_.find(token); e != exists_jobs_.end()) e->second.deadline = 0;
 }
 

@@ -24,7 +24,7 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
   counters_.get_required_keys_total += n;
   const Millis wait = req.max_wait_ms ? std::min<Millis>(req.max_wait_ms, cfg_.get_start_wait_ms) : cfg_.get_start_wait_ms;
   PendingGet pg{token, session, groups, req.prefix_best_effort, std::vector<GetItem>(n), now + wait};
-  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
+  GetJob start{GetJob::Kind::kStart, {}, {}, {}, 0};
   uint64_t batch = 0;
   Session& sess = sessions_[session];
   uint32_t group = 0, left = groups ? (*groups)[0] : 1;
@@ -234,7 +234,7 @@ void OwnerCore::fail_flight(uint64_t flight_id, std::string why, bool revoke, Mi
   clear_marker(f.key, flight_id);
   if (revoke) {
     counters_.get_revoked_total++;
-    queue_get_job(GetJob{GetJob::Kind::kRevoke, {flight_id}, {f.key}, {}, {}, 0}, now, out);
+    queue_get_job(GetJob{GetJob::Kind::kRevoke, {flight_id}, {f.key}, {}, 0}, now, out);
   }
   // The master learns a target only from GetDone: a slot it was never told of (or told of and
   // refused) is free at once. Never called while a transfer writes the slot.
@@ -317,7 +317,7 @@ void OwnerCore::on_transfer_done(uint64_t id, const Status& result, Millis now, 
   const std::vector<uint64_t> fids = std::move(t->second);
   transfers_.erase(t);
   if (!result.is_ok()) counters_.transfer_failures_total++;
-  GetJob done{GetJob::Kind::kDone, {}, {}, {}, {}, 0};
+  GetJob done{GetJob::Kind::kDone, {}, {}, {}, 0};
   for (uint64_t fid : fids) {
     Flight& f = flights_.at(fid);  // a Finishing flight is never erased
     if (!result.is_ok()) {
@@ -341,7 +341,7 @@ void OwnerCore::on_transfer_done(uint64_t id, const Status& result, Millis now, 
 void OwnerCore::flush_gets(Millis now, Outbox& out) {
   if (start_buffer_.keys.empty()) return;
   counters_.get_master_batches_total++;
-  GetJob job{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
+  GetJob job{GetJob::Kind::kStart, {}, {}, {}, 0};
   std::swap(job, start_buffer_);
   queue_get_job(std::move(job), now, out);
 }
@@ -388,10 +388,10 @@ void OwnerCore::send_get_job(uint64_t job_id, GetJob& job, Millis now, Outbox& o
     }
   }
   // T1: every attempt carries the same get ids; any reply for this identity settles the job.
-  job.tokens.push_back(next_master_token_++);
+  const uint64_t tok = new_token(JobKind::kGet);
+  get_jobs_.attempt(job_id, tok);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {JobKind::kGet, job_id};
-  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), std::move(env)});
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, std::move(env)});
 }
 
 void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis now, Outbox& out) {
@@ -413,7 +413,6 @@ void OwnerCore::on_get_job_reply(uint64_t job_id, Envelope& reply_env, Millis no
   }
   GetJob job = std::move(j->second);
   get_jobs_.erase(j);
-  for (uint64_t tok : job.tokens) master_tokens_.erase(tok);
   if (job.kind == GetJob::Kind::kStart) {
     auto* r = reply_env.body.AsBatchGetStartReply();
     for (size_t i = 0; i < n; ++i) {
@@ -622,10 +621,9 @@ void OwnerCore::send_replica_poll(Millis now, Outbox& out) {
   p.generation = generation_;
   p.max = replica_poll_max_;
   p.poll_id = replica_poll_id_;
-  const uint64_t tok = next_master_token_++;
+  const uint64_t tok = new_token(JobKind::kReplicaPoll);
   replica_poll_tokens_.push_back(tok);
   replica_poll_sent_ = now;
-  master_tokens_[tok] = {JobKind::kReplicaPoll, replica_poll_id_};
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(p))});
 }
 
@@ -637,7 +635,7 @@ void OwnerCore::on_replica_tasks(const wire::ReplicaPollReplyT& rep, Millis now,
 }
 
 void OwnerCore::start_replica_flights(const std::vector<std::string>& keys, Millis now, Outbox& out) {
-  GetJob start{GetJob::Kind::kStart, {}, {}, {}, {}, 0};
+  GetJob start{GetJob::Kind::kStart, {}, {}, {}, 0};
   const uint64_t batch = next_put_id_++;
   for (const auto& key : keys) {
     if (local_.contains(key) || flight_of_.count(key) || inflight_.count(key)) {

@@ -53,10 +53,9 @@ void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, 
   const Millis wait = req.max_wait_ms ? std::min<Millis>(req.max_wait_ms, cfg_.master_rpc_timeout_ms)
                                       : Millis(cfg_.master_rpc_timeout_ms);
   job.deadline = now + wait;
-  const uint64_t tok = next_master_token_++;
+  const uint64_t tok = new_token(JobKind::kExists);
   wire::LookupT lk;
   lk.keys = job.rest;
-  master_tokens_[tok] = {JobKind::kExists, tok};
   exists_jobs_.emplace(tok, std::move(job));
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(lk))});
 }
@@ -101,7 +100,6 @@ void OwnerCore::expire_exists(Millis now, Outbox& out) {
     // The master did not answer in time: the local prefix is what is known to exist.
     counters_.exists_master_unanswered_total++;
     answer_exists(it->second, 0, false, out);
-    master_tokens_.erase(it->first);
     it = exists_jobs_.erase(it);
   }
 }

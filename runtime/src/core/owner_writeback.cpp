@@ -77,9 +77,8 @@ void OwnerCore::send_writeback_batch(const std::vector<uint64_t>& jobs, Millis n
     job.next_send = now + cfg_.publish_retry_ms;
   }
   counters_.writeback_requests_total++;
-  const uint64_t tok = next_master_token_++;
+  const uint64_t tok = new_token(JobKind::kWriteBackBatch);
   writeback_batches_[tok] = std::move(batch);
-  master_tokens_[tok] = {JobKind::kWriteBackBatch, tok};
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(w))});
 }
 
@@ -89,7 +88,6 @@ void OwnerCore::on_writeback_batch_reply(uint64_t token, Envelope& reply_env, Mi
   if (b == writeback_batches_.end() || !wr) return;
   const auto jobs = std::move(b->second.jobs);
   writeback_batches_.erase(b);
-  master_tokens_.erase(token);
   size_t total = 0;
   for (const auto& [id, n] : jobs) total += n;
   if (total != wr->status.size()) return;  // not this request's answer: its jobs ask again
@@ -111,16 +109,15 @@ void OwnerCore::send_demote(uint64_t id, WriteBackJob& job, Millis now, Outbox& 
         {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
   Envelope env = make_envelope(std::move(d));
   counters_.writeback_requests_total++;
-  job.tokens.push_back(next_master_token_++);
+  const uint64_t tok = new_token(JobKind::kDemote);
+  writebacks_.attempt(id, tok);
   job.next_send = now + cfg_.publish_retry_ms;
-  master_tokens_[job.tokens.back()] = {JobKind::kDemote, id};
-  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, job.tokens.back(), std::move(env)});
+  out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, std::move(env)});
 }
 
 void OwnerCore::end_writeback(uint64_t id) {
   auto j = writebacks_.find(id);
   if (j == writebacks_.end()) return;
-  for (uint64_t tok : j->second.tokens) master_tokens_.erase(tok);
   for (const auto& c : j->second.cohorts) {
     auto w = writeback_of_.find(c);
     if (w != writeback_of_.end() && w->second == id) writeback_of_.erase(w);
@@ -157,8 +154,7 @@ void OwnerCore::on_demote_reply(uint64_t id, Envelope& reply_env, Millis now, Ou
   WriteBackJob& job = j->second;
   auto* dr = reply_env.body.AsDemoteReply();
   if (!dr || !job.demoting) return;
-  for (uint64_t tok : job.tokens) master_tokens_.erase(tok);  // a reply settles every attempt so far
-  job.tokens.clear();
+  writebacks_.forget(id);  // a reply settles every attempt so far
   if (dr->status == wire::DemoteStatus::Busy) return;  // a remote get reads a copy here: asked again
   if (dr->status == wire::DemoteStatus::Kept) {
     counters_.demote_kept_total++;  // the remote copy went first: these copies stay
@@ -202,8 +198,7 @@ void OwnerCore::retry_writebacks(Millis now, Outbox& out) {
       ++b;
       continue;
     }
-    master_tokens_.erase(b->first);  // no reply came: its jobs were (or will be) asked again
-    b = writeback_batches_.erase(b);
+    b = writeback_batches_.erase(b);  // no reply came: its jobs were (or will be) asked again
   }
   for (uint64_t id : expired) {
     counters_.writeback_abandoned_total++;

@@ -15,6 +15,7 @@
 #include "fluxon/core/eviction.hpp"
 #include "fluxon/core/local_index.hpp"
 #include "fluxon/core/master_core.hpp"
+#include "fluxon/core/retry_table.hpp"
 #include "fluxon/core/owner_counters.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/config.hpp"
@@ -128,7 +129,6 @@ class OwnerCore {
     std::vector<uint32_t> group_lens;
     std::vector<Version> origins;  // resync of fetched replicas: each item's version (else this put)
     std::vector<bool> replica;     // first publication: the items that get a replica task
-    std::vector<uint64_t> tokens;  // every attempt's token; any reply settles the job
     Millis next_send = 0;
     bool resync = false;           // re-publishes live routes after the master came back
   };
@@ -137,7 +137,6 @@ class OwnerCore {
     std::vector<Version> versions;
     std::vector<SlotRef> slots;
     std::vector<uint64_t> instances;  // the copies' local identities (Entry::put_id)
-    std::vector<uint64_t> tokens;
     Millis next_send = 0;
   };
   // Per-key shared get (G6, G7): one flight per key materialises it from a remote owner; every
@@ -165,7 +164,6 @@ class OwnerCore {
     std::vector<uint64_t> get_ids;  // flight ids = get ids
     std::vector<std::string> keys;
     std::vector<uint64_t> offsets;  // kDone: the target slots
-    std::vector<uint64_t> tokens;
     Millis next_send = 0;
   };
   // A get_start item: a local pin, a flight interest, or a miss.
@@ -274,20 +272,26 @@ class OwnerCore {
   std::unordered_map<std::string, uint64_t> inflight_;   // key -> put_id of the open plan
   std::unordered_map<uint64_t, PutPlan> plans_;
   std::deque<Waiter> waiters_;                           // FIFO claim turn
-  std::map<uint64_t, PublishJob> publish_;               // put_id -> job
-  std::map<uint64_t, RemoveJob> removes_;
+  RetryTable<PublishJob> publish_;                       // put_id -> job
+  RetryTable<RemoveJob> removes_;
+  // A master request's token says which kind of job it belongs to (its low 4 bits); the reply goes
+  // to that kind's handler, which finds the job by the token in its own table.
   enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kDemote, kWriteBackBatch, kExists };
+  uint64_t new_token(JobKind k) { return (next_master_token_++ << 4) | uint64_t(k); }
+  static JobKind kind_of(uint64_t token) { return JobKind(token & 0xF); }
+  bool known_token(uint64_t token) const;
+  void on_publish_reply(uint64_t put_id, Envelope& reply, Millis now, Outbox& out);
+  void on_remove_reply(uint64_t job_id, Envelope& reply, Millis now, Outbox& out);
   // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   Envelope register_request() const;
   bool replica_target_ = false;  // the master hands this owner replica tasks (its role is a target)
   uint64_t register_token_ = 0;  // registration not answered yet: re-sent from tick()
   Millis register_sent_ = 0;
-  std::unordered_map<uint64_t, std::pair<JobKind, uint64_t>> master_tokens_;  // token -> (kind, job id)
   std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
   std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
-  std::map<uint64_t, GetJob> get_jobs_;
-  GetJob start_buffer_{GetJob::Kind::kStart, {}, {}, {}, {}, 0};  // leaders not yet sent (G9)
+  RetryTable<GetJob> get_jobs_;
+  GetJob start_buffer_{GetJob::Kind::kStart, {}, {}, {}, 0};  // leaders not yet sent (G9)
   std::map<uint64_t, PendingGet> pending_gets_;
   std::unordered_set<uint64_t> waiting_handles_;         // handles with a parked get_transfer
   std::map<uint64_t, std::vector<uint64_t>> transfers_;  // transfer batch -> flights
@@ -323,10 +327,9 @@ class OwnerCore {
     std::vector<Version> versions;
     std::vector<uint64_t> put_ids;
     bool demoting = false;         // every key is backed: the Demote request is out
-    std::vector<uint64_t> tokens;  // the Demote attempts (WriteBack attempts live in writeback_batches_)
-    Millis next_send = 0, deadline = 0;
+    Millis next_send = 0, deadline = 0;  // (Demote attempts: writebacks_; WriteBack ones: writeback_batches_)
   };
-  std::map<uint64_t, WriteBackJob> writebacks_;
+  RetryTable<WriteBackJob> writebacks_;
   std::map<CohortId, uint64_t> writeback_of_;  // cohort -> the job that carries it
   uint64_t next_writeback_ = 1;
   // The first phase of many jobs travels in one WriteBack (G8's batching for write-back): a batch
