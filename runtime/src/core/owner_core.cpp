@@ -101,6 +101,21 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   }
   if (auto* p = req.body.AsPutStartReq()) {
     counters_.put_start_total++;
+    if (publish_.size() >= cfg_.limits.publish_jobs) {
+      counters_.publish_backlog_full_total++;
+      return reply_error(session, token,
+                         Status(Code::kTimeout, std::to_string(publish_.size()) +
+                                                    " committed batches wait for the master (the bound): no new put "
+                                                    "until it answers"),
+                         out);
+    }
+    if (waiters_.size() >= cfg_.limits.claim_waiters) {
+      counters_.claim_queue_full_total++;
+      Status st(Code::kLocalReserveTimeout,
+                std::to_string(waiters_.size()) + " claims wait for slots already (the bound): refused");
+      st.stage = "claim_turn";
+      return reply_error(session, token, st, out);
+    }
     if (!waiters_.empty()) {  // claim turn: FIFO behind earlier waiters
       counters_.reserve_waits_total++;
       waiters_.push_back(Waiter{token, session, std::make_unique<Envelope>(std::move(req)), now});
@@ -350,6 +365,10 @@ void OwnerCore::keep_free(Millis now, Outbox& out) {
 }
 
 void OwnerCore::evict_for(uint64_t slot_size, uint64_t bytes, Millis now, Outbox& out) {
+  if (removes_.size() >= cfg_.limits.remove_jobs) {  // removals in flight at their bound: wait for them
+    counters_.eviction_paused_total++;
+    return;
+  }
   const auto victims = eviction_.select(local_, pool_, slot_size, bytes);
   if (victims.empty()) return;
   counters_.eviction_rounds_total++;

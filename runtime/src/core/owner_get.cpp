@@ -60,6 +60,10 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
       continue;
     }
     // Leader: its marker is visible to every later batch before the master hears of it (G2, G3).
+    if (flights_.size() >= cfg_.limits.flights) {  // the bound: no new fetch, the key is a miss
+      counters_.flights_full_total++;
+      continue;  // pg.items[i] stays a miss
+    }
     if (batch == 0) batch = next_put_id_++;
     const uint64_t fid = next_flight_++;
     Flight fl;

@@ -47,6 +47,10 @@ void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, 
   }
   ExistsJob job{session, token, std::move(groups), req.expected_len, local, {}, 0};
   if (local == n || mismatch || alone()) return answer_exists(job, 0, false, out);
+  if (exists_jobs_.size() >= cfg_.limits.exists_questions) {  // the bound: what is known here
+    counters_.exists_full_total++;
+    return answer_exists(job, 0, false, out);
+  }
   // The rest is asked of the master in one Lookup (nothing there is pinned or fetched).
   counters_.exists_master_total++;
   job.rest.assign(std::make_move_iterator(req.keys.begin() + local), std::make_move_iterator(req.keys.end()));

@@ -86,7 +86,13 @@
   X(exists_master_total, "fluxon_owner_exists_master_total", "", "exists_prefix questions that asked the master for the rest") \
   X(exists_master_unanswered_total, "fluxon_owner_exists_master_unanswered_total", "", "exists_prefix questions answered with the local prefix: the master did not answer in time") \
   X(exists_len_mismatch_total, "fluxon_owner_exists_len_mismatch_total", "", "exists_prefix keys found with another length than expected (a miss)") \
-  X(removed_by_prefix_total, "fluxon_owner_removed_by_prefix_total", "", "Values removed by remove_prefix (SGLang clear())")
+  X(removed_by_prefix_total, "fluxon_owner_removed_by_prefix_total", "", "Values removed by remove_prefix (SGLang clear())") \
+  /* Bounds reached (OwnerConfig::Limits): what was refused instead of queued. */ \
+  X(claim_queue_full_total, "fluxon_owner_bound_refusals_total", "queue=claim_waiters", "Requests refused at a queue's bound") \
+  X(publish_backlog_full_total, "fluxon_owner_bound_refusals_total", "queue=publish_jobs", "Requests refused at a queue's bound") \
+  X(eviction_paused_total, "fluxon_owner_bound_refusals_total", "queue=remove_jobs", "Requests refused at a queue's bound") \
+  X(flights_full_total, "fluxon_owner_bound_refusals_total", "queue=flights", "Requests refused at a queue's bound") \
+  X(exists_full_total, "fluxon_owner_bound_refusals_total", "queue=exists_questions", "Requests refused at a queue's bound")
 
 namespace fluxon {
 

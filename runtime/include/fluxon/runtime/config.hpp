@@ -63,6 +63,15 @@ struct OwnerConfig {
   uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys
   // Set from the cluster config (not a key): the only owner never asks the master about a miss.
   bool alone_in_cluster = false;
+  // Bounds of the owner's queues (not config keys: the defaults are the bounds; tests lower them).
+  // Past a bound the owner refuses, in words and counted, instead of growing without end.
+  struct Limits {
+    size_t claim_waiters = 4096;       // put_starts waiting for slots: the next is refused (claim_turn)
+    size_t publish_jobs = 16384;       // committed batches waiting for the master: put_start is refused
+    size_t remove_jobs = 16384;        // route removals in flight: capacity eviction pauses
+    size_t flights = 65536;            // remote-get flights: a new remote key is a miss
+    size_t exists_questions = 4096;    // exists waiting for the master: answered with the local prefix
+  } limits;
   std::string advertised_data_host() const {
     if (!data_host.empty()) return data_host;
     return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
