@@ -101,18 +101,25 @@ TEST_CASE("Eviction S4: the debt already on its way counts; a round takes at mos
 
 #include "fluxon/core/retry_table.hpp"
 
+namespace {
+struct TestJob {
+  std::string what;
+  int64_t next_send = 0;
+};
+}  // namespace
+
 TEST_CASE("RetryTable T1: every attempt's reply finds its job until it is settled; then none does") {
-  RetryTable<std::string> t;
-  t.emplace(7, "publish 7");
+  RetryTable<TestJob> t;
+  t.emplace(7, {"publish 7"});
   t.attempt(7, 100);
   t.attempt(7, 101);  // re-sent: both attempts stay answerable
-  t.emplace(8, "publish 8");
+  t.emplace(8, {"publish 8"});
   t.attempt(8, 102);
   CHECK(t.id_of(100) == 7u);
   CHECK(t.id_of(101) == 7u);
   CHECK(t.id_of(102) == 8u);
   CHECK(t.attempts_in_flight() == 3);
-  CHECK(t.take(t.find(7)) == "publish 7");  // a late reply to 100 or 101 finds nothing now
+  CHECK(t.take(t.find(7)).what == "publish 7");  // a late reply to 100 or 101 finds nothing now
   CHECK_FALSE(t.id_of(100).has_value());
   CHECK_FALSE(t.id_of(101).has_value());
   t.forget(8);  // answered, the job goes on (a removal with busy items)
@@ -123,4 +130,21 @@ TEST_CASE("RetryTable T1: every attempt's reply finds its job until it is settle
   t.erase(t.find(8));
   CHECK(t.empty());
   CHECK(t.attempts_in_flight() == 0);
+}
+
+TEST_CASE("RetryTable: due(now) is deadline-ordered and answers in id order; schedule() moves a job's time") {
+  RetryTable<TestJob> t;
+  for (uint64_t id : {5, 3, 9}) t.emplace(id, {"j"});
+  t.schedule(5, 100);
+  t.schedule(3, 300);
+  t.schedule(9, 50);
+  CHECK(t.due(10).empty());
+  CHECK(t.due(100) == std::vector<uint64_t>{5, 9});  // id order, as a scan finds them
+  t.schedule(9, 400);
+  CHECK(t.due(350) == std::vector<uint64_t>{3, 5});
+  CHECK(t.at(9).next_send == 400);
+  t.erase(t.find(5));
+  CHECK(t.due(1000) == std::vector<uint64_t>{3, 9});
+  t.schedule(42, 1);  // unknown: nothing
+  CHECK(t.due(1000).size() == 2);
 }

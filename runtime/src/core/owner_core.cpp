@@ -291,7 +291,7 @@ void OwnerCore::send_publish(uint64_t put_id, PublishJob& job, Millis now, Outbo
   // Earlier attempts stay answerable: any reply for this identity settles the job (T1).
   const uint64_t tok = new_token(JobKind::kPublish);
   publish_.attempt(put_id, tok);
-  job.next_send = now + cfg_.publish_retry_ms;
+  publish_.schedule(put_id, now + cfg_.publish_retry_ms);
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(pd))});
 }
 
@@ -340,7 +340,7 @@ void OwnerCore::send_remove(uint64_t job_id, RemoveJob& job, Millis now, Outbox&
   }
   const uint64_t tok = new_token(JobKind::kRemove);
   removes_.attempt(job_id, tok);
-  job.next_send = now + cfg_.publish_retry_ms;
+  removes_.schedule(job_id, now + cfg_.publish_retry_ms);
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, make_envelope(std::move(rr))});
 }
 
@@ -617,8 +617,9 @@ void OwnerCore::on_remove_reply(uint64_t id, Envelope& reply_env, Millis now, Ou
   if (busy.keys.empty()) {
     removes_.erase(j);
   } else {
-    busy.next_send = now + cfg_.publish_retry_ms;
+    busy.next_send = job.next_send;  // the timer's key stays valid until schedule() moves it
     job = std::move(busy);
+    removes_.schedule(id, now + cfg_.publish_retry_ms);
   }
 }
 
@@ -697,20 +698,15 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   now_ = now;
   flush_gets(now, out);
   expire_exists(now, out);
-  for (auto& [put_id, job] : publish_) {
-    if (now >= job.next_send) {
-      counters_.publish_retry_total++;
-      send_publish(put_id, job, now, out);
-    }
+  // Deadline-ordered: only the jobs whose re-send time has come are touched.
+  for (uint64_t put_id : publish_.due(now)) {
+    counters_.publish_retry_total++;
+    send_publish(put_id, publish_.at(put_id), now, out);
   }
-  for (auto& [id, job] : removes_) {
-    if (now >= job.next_send) send_remove(id, job, now, out);
-  }
-  for (auto& [id, job] : get_jobs_) {
-    if (now >= job.next_send) {
-      counters_.get_master_retry_total++;
-      send_get_job(id, job, now, out);
-    }
+  for (uint64_t id : removes_.due(now)) send_remove(id, removes_.at(id), now, out);
+  for (uint64_t id : get_jobs_.due(now)) {
+    counters_.get_master_retry_total++;
+    send_get_job(id, get_jobs_.at(id), now, out);
   }
   // Handle TTL: the same release path as cancel (a handle with a parked get_transfer is bounded
   // by its transfer deadline instead).

@@ -394,7 +394,7 @@ void OwnerCore::send_get_job(uint64_t job_id, GetJob& job, Millis now, Outbox& o
   // T1: every attempt carries the same get ids; any reply for this identity settles the job.
   const uint64_t tok = new_token(JobKind::kGet);
   get_jobs_.attempt(job_id, tok);
-  job.next_send = now + cfg_.publish_retry_ms;
+  get_jobs_.schedule(job_id, now + cfg_.publish_retry_ms);
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, std::move(env)});
 }
 

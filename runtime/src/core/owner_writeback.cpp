@@ -74,7 +74,7 @@ void OwnerCore::send_writeback_batch(const std::vector<uint64_t>& jobs, Millis n
     for (size_t i = 0; i < job.keys.size(); ++i)
       w.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
           {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
-    job.next_send = now + cfg_.publish_retry_ms;
+    writebacks_.schedule(id, now + cfg_.publish_retry_ms);
   }
   counters_.writeback_requests_total++;
   const uint64_t tok = new_token(JobKind::kWriteBackBatch);
@@ -111,7 +111,7 @@ void OwnerCore::send_demote(uint64_t id, WriteBackJob& job, Millis now, Outbox& 
   counters_.writeback_requests_total++;
   const uint64_t tok = new_token(JobKind::kDemote);
   writebacks_.attempt(id, tok);
-  job.next_send = now + cfg_.publish_retry_ms;
+  writebacks_.schedule(id, now + cfg_.publish_retry_ms);
   out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, tok, std::move(env)});
 }
 

@@ -2,11 +2,15 @@
 // settles them (T1), with the tokens of every attempt. Any attempt's reply finds its job — a late
 // answer to an early attempt settles it like the last one would —, and once the job is settled or
 // its attempts are forgotten, their replies find nothing (a duplicate: dropped). Ordered by id, so
-// re-sends go out in the same order every run (the simulation replays exactly).
+// re-sends go out in the same order every run (the simulation replays exactly). Each job's next
+// re-send time (Job::next_send, set only through schedule()) is indexed: due(now) finds the jobs
+// to ask again without scanning the rest.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,11 +34,31 @@ class RetryTable {
   size_t size() const { return jobs_.size(); }
   bool empty() const { return jobs_.empty(); }
 
-  std::pair<iterator, bool> emplace(uint64_t id, Job job) { return jobs_.emplace(id, std::move(job)); }
-  // The job leaves with its attempts.
+  std::pair<iterator, bool> emplace(uint64_t id, Job job) {
+    auto r = jobs_.emplace(id, std::move(job));
+    if (r.second) timers_.emplace(r.first->second.next_send, id);
+    return r;
+  }
+  // The job leaves with its attempts and its timer.
   void erase(iterator it) {
     forget(it->first);
+    timers_.erase({it->second.next_send, it->first});
     jobs_.erase(it);
+  }
+  // The next time job `id` is asked again.
+  void schedule(uint64_t id, int64_t when) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;
+    timers_.erase({it->second.next_send, id});
+    it->second.next_send = when;
+    timers_.emplace(when, id);
+  }
+  // The jobs whose re-send time has come, in id order (as a scan of the table would find them).
+  std::vector<uint64_t> due(int64_t now) const {
+    std::vector<uint64_t> ids;
+    for (auto t = timers_.begin(); t != timers_.end() && t->first <= now; ++t) ids.push_back(t->second);
+    std::sort(ids.begin(), ids.end());
+    return ids;
   }
   Job take(iterator it) {
     Job j = std::move(it->second);
@@ -63,6 +87,7 @@ class RetryTable {
 
  private:
   Map jobs_;
+  std::set<std::pair<int64_t, uint64_t>> timers_;                  // (next_send, job id)
   std::unordered_map<uint64_t, uint64_t> by_token_;               // token -> job id
   std::unordered_map<uint64_t, std::vector<uint64_t>> attempts_;  // job id -> its tokens
 };
