@@ -429,6 +429,7 @@ void OwnerCore::drop_handle(uint64_t handle_id) {
   if (it == handles_.end()) return;
   auto s = sessions_.find(it->second.session);
   if (s != sessions_.end()) s->second.handles.erase(handle_id);
+  handle_ttl_.erase({it->second.deadline, handle_id});
   handles_.erase(it);
 }
 
@@ -711,8 +712,8 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   // Handle TTL: the same release path as cancel (a handle with a parked get_transfer is bounded
   // by its transfer deadline instead).
   std::vector<uint64_t> expired;
-  for (auto& [hid, h] : handles_)
-    if (now >= h.deadline && h.waiting_token == 0) expired.push_back(hid);
+  for (auto t = handle_ttl_.begin(); t != handle_ttl_.end() && t->first <= now; ++t)
+    if (handles_.at(t->second).waiting_token == 0) expired.push_back(t->second);
   for (uint64_t hid : expired) {
     counters_.handle_ttl_expired_total++;
     release_handle(hid, now, out);

@@ -199,6 +199,7 @@ void OwnerCore::decide_get(PendingGet& pg, Millis now, Outbox& out) {
     }
     r.handle_id = next_handle_++;
     sess.handles.insert(r.handle_id);
+    handle_ttl_.emplace(h.deadline, r.handle_id);
     handles_.emplace(r.handle_id, std::move(h));
   }
   reply(OwnerOut::Kind::kReply, pg.session, pg.token, make_envelope(std::move(r)), out);

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -358,6 +359,7 @@ class OwnerCore {
   void end_writeback(uint64_t id);
   void retry_writebacks(Millis now, Outbox& out);
   std::unordered_map<uint64_t, Handle> handles_;
+  std::set<std::pair<Millis, uint64_t>> handle_ttl_;  // (deadline, handle): the TTL without a scan
   std::unordered_map<uint64_t, Holding> holdings_;
   std::unordered_map<uint64_t, Session> sessions_;
 
