@@ -148,3 +148,33 @@ TEST_CASE("RetryTable: due(now) is deadline-ordered and answers in id order; sch
   t.schedule(42, 1);  // unknown: nothing
   CHECK(t.due(1000).size() == 2);
 }
+
+#include "fluxon/core/sessions.hpp"
+
+TEST_CASE("Sessions: holdings are unique, non-zero, released only by their own session; a closed session gives them back") {
+  ReservePool pool(8 << 20, 1 << 20, std::nullopt);
+  auto c = pool.try_claim(4096, 1);
+  REQUIRE((c.ok() && c.value()));
+  SlotRef slot = (*c.value())[0];
+  pool.commit_local(slot);
+  pool.route_live(slot);
+  Sessions ss;
+  const uint64_t a = ss.open(), b = ss.open();
+  CHECK(a != b);
+  const uint64_t h1 = ss.hold(pool, slot, a), h2 = ss.hold(pool, slot, a), h3 = ss.hold(pool, slot, b);
+  CHECK((h1 != 0 && h1 != h2 && h2 != h3));
+  CHECK(pool.slot(slot).holder_refs == 3);
+  ss.release(pool, h1, b);  // not b's: nothing
+  CHECK(pool.slot(slot).holder_refs == 3);
+  ss.release(pool, h1, a);
+  CHECK(pool.slot(slot).holder_refs == 2);
+  CHECK(ss.holding(h1) == nullptr);
+  auto closed = ss.close(a);
+  REQUIRE(closed);
+  CHECK(closed->holdings.count(h2) == 1);
+  ss.release_holdings(pool, *closed);
+  CHECK(pool.slot(slot).holder_refs == 1);
+  CHECK_FALSE(ss.contains(a));
+  CHECK_FALSE(ss.close(a));
+  CHECK(ss.holders() == 1);
+}

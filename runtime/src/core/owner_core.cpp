@@ -65,8 +65,7 @@ void OwnerCore::on_client_request(uint64_t token, Envelope& req, Millis now, Out
 void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out) {
   const uint64_t session = req.session_id;
   if (req.body.AsHello()) {
-    const uint64_t sid = next_session_++;
-    sessions_[sid];
+    const uint64_t sid = sessions_.open();
     wire::HelloReplyT r;
     r.node_id = cfg_.node_id;
     r.generation = generation_;
@@ -95,7 +94,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
                 out);
     return;
   }
-  if (!sessions_.count(session)) {
+  if (!sessions_.contains(session)) {
     reply_error(session, token, Status(Code::kClosed, "unknown or closed session " + std::to_string(session)), out);
     return;
   }
@@ -210,7 +209,7 @@ bool OwnerCore::try_put_start(uint64_t token, uint64_t session, wire::PutStartRe
   }
   plan.keys = std::move(req.keys);
   plans_.emplace(put_id, std::move(plan));
-  sessions_[session].plans.insert(put_id);
+  sessions_.of(session).plans.insert(put_id);
   counters_.put_keys_total += n;
   reply(OwnerOut::Kind::kReply, session, token, make_envelope(std::move(r)), out);
   return true;
@@ -232,7 +231,7 @@ void OwnerCore::put_commit(uint64_t token, uint64_t session, uint64_t put_id, Mi
   }
   PutPlan plan = std::move(it->second);
   plans_.erase(it);
-  sessions_[session].plans.erase(put_id);
+  sessions_.of(session).plans.erase(put_id);
   counters_.put_commit_total++;
   PublishJob job;
   job.session = session;
@@ -410,25 +409,19 @@ void OwnerCore::put_abort(uint64_t token, uint64_t session, uint64_t put_id, Out
     pool_.abort(it->second.slots[i]);
   }
   plans_.erase(it);
-  sessions_[session].plans.erase(put_id);
+  sessions_.of(session).plans.erase(put_id);
   counters_.put_abort_total++;
   reply(OwnerOut::Kind::kReply, session, token, make_envelope(wire::PutAbortReplyT{{}, put_id}), out);
 }
 
 void OwnerCore::release_holding(uint64_t holding_id, uint64_t session) {
-  auto it = holdings_.find(holding_id);
-  if (it == holdings_.end() || it->second.session != session) return;  // identity beats flags
-  pool_.release_holder(it->second.slot);
-  auto s = sessions_.find(session);
-  if (s != sessions_.end()) s->second.holdings.erase(holding_id);
-  holdings_.erase(it);
+  sessions_.release(pool_, holding_id, session);
 }
 
 void OwnerCore::drop_handle(uint64_t handle_id) {
   auto it = handles_.find(handle_id);
   if (it == handles_.end()) return;
-  auto s = sessions_.find(it->second.session);
-  if (s != sessions_.end()) s->second.handles.erase(handle_id);
+  sessions_.forget_handle(it->second.session, handle_id);
   handle_ttl_.erase({it->second.deadline, handle_id});
   handles_.erase(it);
 }
@@ -583,7 +576,7 @@ void OwnerCore::on_publish_reply(uint64_t id, Envelope& reply_env, Millis now, O
   }
   admit_hot(hot, now, out);
   counters_.put_live_total++;
-  if (sessions_.count(job.session)) {
+  if (sessions_.contains(job.session)) {
     wire::PutLiveT live;
     live.put_id = id;
     if (!result.is_ok()) live.error = std::make_unique<wire::ErrorT>(to_wire(result));
@@ -759,10 +752,9 @@ void OwnerCore::tick(Millis now, Outbox& out) {
 }
 
 void OwnerCore::close_session(uint64_t session, Outbox& out) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
-  Session s = std::move(it->second);
-  sessions_.erase(it);
+  auto closed = sessions_.close(session);
+  if (!closed) return;
+  const Session& s = *closed;
   for (uint64_t put_id : s.plans) {
     auto p = plans_.find(put_id);
     if (p == plans_.end()) continue;
@@ -782,12 +774,7 @@ void OwnerCore::close_session(uint64_t session, Outbox& out) {
     }
   }
   for (uint64_t h : s.handles) release_handle(h, now_, out);
-  for (uint64_t hid : s.holdings) {
-    auto h = holdings_.find(hid);
-    if (h == holdings_.end()) continue;
-    pool_.release_holder(h->second.slot);
-    holdings_.erase(h);
-  }
+  sessions_.release_holdings(pool_, s);
   std::erase_if(waiters_, [session](const Waiter& w) { return w.session == session; });
   if (pool_.take_freed()) serve_waiters(out);
 }
@@ -803,7 +790,7 @@ wire::StatsReplyT OwnerCore::stats() const {
   r.grants = c.grants;
   r.active_put_plans = plans_.size();
   r.active_get_handles = handles_.size();
-  r.holders = holdings_.size();
+  r.holders = sessions_.holders();
   r.routes = live_routes_;
   r.sessions = sessions_.size();
   r.publish_jobs = publish_.size() + removes_.size();

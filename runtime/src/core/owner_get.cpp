@@ -26,7 +26,6 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
   PendingGet pg{token, session, groups, req.prefix_best_effort, std::vector<GetItem>(n), now + wait};
   GetJob start{GetJob::Kind::kStart, {}, {}, {}, 0};
   uint64_t batch = 0;
-  Session& sess = sessions_[session];
   uint32_t group = 0, left = groups ? (*groups)[0] : 1;
   for (size_t i = 0; i < n; ++i) {
     if (left == 0) {
@@ -41,10 +40,7 @@ void OwnerCore::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& 
       if (e.live) {  // eviction and write-back order follow reads too
         local_.touch(key);
       }
-      const uint64_t hid = next_holding_++;  // non-zero, unique per export
-      pool_.add_holder(e.slot);
-      holdings_.emplace(hid, Holding{e.slot, session});
-      sess.holdings.insert(hid);
+      const uint64_t hid = sessions_.hold(pool_, e.slot, session);
       pg.items[i] = GetItem{GetItem::Kind::kLocal, hid, e.len, false};
       continue;
     }
@@ -122,16 +118,12 @@ void OwnerCore::serve_pending_gets(Millis now, Outbox& out, bool expire) {
 
 void OwnerCore::decide_get(PendingGet& pg, Millis now, Outbox& out) {
   const size_t n = pg.items.size();
-  Session& sess = sessions_[pg.session];
   // A flight that is Ready by now is a local copy: pin it and drop the interest.
   for (auto& item : pg.items) {
     if (item.kind != GetItem::Kind::kFlight) continue;
     Flight& f = flights_.at(item.id);
     if (f.phase != Phase::kReady) continue;
-    const uint64_t hid = next_holding_++;
-    pool_.add_holder(*f.slot);
-    holdings_.emplace(hid, Holding{*f.slot, pg.session});
-    sess.holdings.insert(hid);
+    const uint64_t hid = sessions_.hold(pool_, *f.slot, pg.session);
     const uint64_t fid = item.id;
     const bool leader = item.leader;
     item = GetItem{GetItem::Kind::kLocal, hid, f.len, leader};
@@ -181,7 +173,7 @@ void OwnerCore::decide_get(PendingGet& pg, Millis now, Outbox& out) {
       for (uint32_t i = 0; i < tl; ++i) {
         const auto& item = pg.items[i];
         h.holdings.push_back(item.id);
-        r.offsets.push_back(pool_.slot_offset(holdings_.at(item.id).slot));
+        r.offsets.push_back(pool_.slot_offset(sessions_.holding(item.id)->slot));
         r.lens.push_back(item.len);
         r.holding_ids.push_back(item.id);
       }
@@ -198,7 +190,7 @@ void OwnerCore::decide_get(PendingGet& pg, Millis now, Outbox& out) {
       }
     }
     r.handle_id = next_handle_++;
-    sess.handles.insert(r.handle_id);
+    sessions_.of(pg.session).handles.insert(r.handle_id);
     handle_ttl_.emplace(h.deadline, r.handle_id);
     handles_.emplace(r.handle_id, std::move(h));
   }
@@ -207,8 +199,7 @@ void OwnerCore::decide_get(PendingGet& pg, Millis now, Outbox& out) {
 
 void OwnerCore::release_item(const GetItem& item, Millis now, Outbox& out) {
   if (item.kind == GetItem::Kind::kLocal) {
-    auto h = holdings_.find(item.id);
-    if (h != holdings_.end()) release_holding(item.id, h->second.session);
+    if (const auto* h = sessions_.holding(item.id)) release_holding(item.id, h->session);
   } else if (item.kind == GetItem::Kind::kFlight) {
     drop_interest(item.id, now, out);
   }
@@ -552,21 +543,17 @@ bool OwnerCore::try_finish_transfer(uint64_t handle_id, Millis now, Outbox& out)
     return true;
   }
   wire::GetTransferReplyT r;
-  Session& sess = sessions_[session];
   std::vector<uint64_t> drop;
   for (size_t i = 0; i < h.holdings.size(); ++i) {
     uint64_t hid = h.holdings[i];
     uint64_t len = h.lens[i];
     if (!hid) {  // a Ready flight: one more holder on the shared slot, for this reader
       const Flight& f = flights_.at(h.flights[i]);
-      hid = next_holding_++;
-      pool_.add_holder(*f.slot);
-      holdings_.emplace(hid, Holding{*f.slot, session});
-      sess.holdings.insert(hid);
+      hid = sessions_.hold(pool_, *f.slot, session);
       len = f.len;
       drop.push_back(h.flights[i]);
     }
-    r.offsets.push_back(pool_.slot_offset(holdings_.at(hid).slot));
+    r.offsets.push_back(pool_.slot_offset(sessions_.holding(hid)->slot));
     r.lens.push_back(len);
     r.holding_ids.push_back(hid);
   }

@@ -17,6 +17,7 @@
 #include "fluxon/core/local_index.hpp"
 #include "fluxon/core/master_core.hpp"
 #include "fluxon/core/retry_table.hpp"
+#include "fluxon/core/sessions.hpp"
 #include "fluxon/core/owner_counters.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/config.hpp"
@@ -193,10 +194,7 @@ class OwnerCore {
     uint64_t waiting_token = 0;      // get_transfer parked until its flights are terminal
     Millis transfer_deadline = 0;
   };
-  struct Holding { SlotRef slot; uint64_t session; };
-  struct Session {
-    std::unordered_set<uint64_t> plans, handles, holdings;
-  };
+  using Session = Sessions::Session;
 
   void dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out);
   void reply(OwnerOut::Kind k, uint64_t session, uint64_t token, Envelope env, Outbox& out);
@@ -360,10 +358,9 @@ class OwnerCore {
   void retry_writebacks(Millis now, Outbox& out);
   std::unordered_map<uint64_t, Handle> handles_;
   std::set<std::pair<Millis, uint64_t>> handle_ttl_;  // (deadline, handle): the TTL without a scan
-  std::unordered_map<uint64_t, Holding> holdings_;
-  std::unordered_map<uint64_t, Session> sessions_;
+  Sessions sessions_;  // clients, their plans, handles and holdings
 
-  uint64_t next_put_id_ = 1, next_handle_ = 1, next_holding_ = 1, next_session_ = 1;
+  uint64_t next_put_id_ = 1, next_handle_ = 1;
   uint64_t next_master_token_ = 1, next_remove_job_ = 1, next_get_job_ = 1, next_flight_ = 1;
   uint64_t next_pending_get_ = 1, next_transfer_ = 1;
   uint64_t live_routes_ = 0;
