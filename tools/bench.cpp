@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cluster.hpp"
+#include "fluxon/actors/client.hpp"
 #include "fluxon/client/kv_client.hpp"
 #include "fluxon/runtime/transport.hpp"
 
@@ -47,7 +48,7 @@ Pct pct(std::vector<double> v) {
 int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& run, int iters) {
   ClusterConfig cfg = cluster;
   cfg.client.owner_address = cfg.owners.at(1).listen_host + ":" + std::to_string(cfg.owners.at(1).port);
-  auto bc = BENCH_OK(KvClient::open(cfg));
+  auto bc = BENCH_OK(open_client(cfg));
   auto& b = *bc;
   BENCH_OK(b.wait_local_segments_ready());
   std::printf("\nremote gets: written through owner %u, read through owner %u (%s)\n", cfg.owners[0].node_id,
@@ -130,7 +131,7 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     if (std::string(argv[i]) == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
   ClusterConfig cfg = cluster;
   cfg.client.owner_address = cfg.owners.at(0).listen_host + ":" + std::to_string(cfg.owners.at(0).port);
-  auto client = BENCH_OK(KvClient::open(cfg));
+  auto client = BENCH_OK(open_client(cfg));
   auto& c = *client;
   BENCH_OK(c.wait_local_segments_ready());
   const std::string run = std::to_string(Clock::now().time_since_epoch().count());

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cluster.hpp"
+#include "fluxon/actors/client.hpp"
 #include "fluxon/client/kv_client.hpp"
 
 namespace fluxon::tools {
@@ -14,7 +15,7 @@ static int fail(const char* what, const Status& s) {
 }
 
 int run_demo(const ClusterConfig& cfg) {
-  auto client = KvClient::open(cfg);
+  auto client = open_client(cfg);
   if (!client.ok()) return fail("connect", client.status());
   auto& c = **client;
   auto segs = c.wait_local_segments_ready();

@@ -10,7 +10,6 @@
 #include <thread>
 #include <unordered_map>
 
-#include "fluxon/actors/runtime.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/segment.hpp"
 
@@ -119,6 +118,7 @@ struct Handle {
 
 struct KvClient::Impl {
   ClusterConfig cfg;
+  OwnerLinkFactory open_link;
   std::mutex m;                              // guards the registries and conn; never held across a call
   std::shared_ptr<Conn> conn;
   uint64_t acked_generation = 0;             // the generation the caller has seen
@@ -162,7 +162,7 @@ struct KvClient::Impl {
       c->down = true;
       c->fail_futures(Status(Code::kClosed, "owner connection lost before the routes went live"));
     };
-    auto link = open_owner_link(cfg, std::move(cb));
+    auto link = open_link(cfg, std::move(cb));
     if (!link.ok()) return link.status();
     c->link = std::move(link.value());
     const auto& info = c->link->info();
@@ -318,11 +318,13 @@ class CallGuard {
 
 KvClient::KvClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<KvClient>> KvClient::open(const ClusterConfig& cfg_in) {
+Result<std::unique_ptr<KvClient>> KvClient::open(const ClusterConfig& cfg_in, OwnerLinkFactory link) {
   Status v = validate(cfg_in);
   if (!v.is_ok()) return v;
+  if (!link) return invalid_argument("open: no owner link factory");
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg_in;
+  impl->open_link = std::move(link);
   if (impl->cfg.embedded()) {
     // A private cluster name: several embedded clients may live in one process.
     static std::atomic<uint64_t> counter{0};

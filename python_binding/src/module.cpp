@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "fluxon/client/cuda_registration.hpp"
+#include "fluxon/actors/client.hpp"
 #include "fluxon/client/kv_client.hpp"
 #include "fluxon/kv/kv_layout.hpp"
 #ifdef FLUXON_HAVE_CUDA
@@ -52,7 +53,7 @@ class PyClient {
     auto cfg = from_file ? load_config_file(config_text) : parse_config_text(config_text);
     if (!cfg.ok()) raise_status(cfg.status());
     if (max_wait_ms) cfg->client.max_wait_ms = max_wait_ms;
-    auto c = released([&] { return KvClient::open(*cfg); });
+    auto c = released([&] { return open_client(*cfg); });
     client_ = unwrap(std::move(c));
   }
   // Called with the GIL held, before a call releases it: the call keeps the client alive even if

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fluxon/client/cuda_registration.hpp"
+#include "fluxon/actors/client.hpp"
 #include "fluxon/client/kv_client.hpp"
 #include "fluxon/kv/kv_cuda.hpp"
 
@@ -181,7 +182,7 @@ TEST_CASE("registration failure is a synchronous error") {
 
 TEST_CASE("hostless round trip through KvClient: put_start, backup kernel, commit, get, restore kernel") {
   ClusterConfig cfg = default_embedded_config();
-  auto client = KvClient::open(cfg);
+  auto client = open_client(cfg);
   REQUIRE(client.ok());
   KvClient& c = **client;
   auto segs = register_segments_with_cuda(c);

@@ -11,6 +11,7 @@
 
 #include "fluxon/runtime/batch.hpp"
 #include "fluxon/runtime/config.hpp"
+#include "fluxon/runtime/owner_link.hpp"
 #include "fluxon/runtime/status.hpp"
 
 namespace fluxon {
@@ -72,7 +73,9 @@ class KvFuture {
 
 class KvClient {
  public:
-  static Result<std::unique_ptr<KvClient>> open(const ClusterConfig& cfg);
+  // `link` reaches the owner (the actor layer's fluxon::open_owner_link; fluxon/actors/client.hpp
+  // has open_client(cfg) for it).
+  static Result<std::unique_ptr<KvClient>> open(const ClusterConfig& cfg, OwnerLinkFactory link);
   ~KvClient();
   KvClient(const KvClient&) = delete;
   KvClient& operator=(const KvClient&) = delete;
