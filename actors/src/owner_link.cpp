@@ -55,7 +55,7 @@ class CafOwnerLink final : public OwnerLink {
     // An actor system whose peer died may take long to stop (CAF waits for its connection actors);
     // the caller of the call that replaced this link never waits for that: it stops on a thread
     // of its own. Embedded systems stop here (their owner's segment must be gone on return).
-    if (embedded_master_stopped_here_) {
+    if (info_.embedded) {
       sys_.reset();
     } else {
       // The system refers to its config: both go to the thread, system first.
@@ -80,7 +80,6 @@ class CafOwnerLink final : public OwnerLink {
       if (!embedded_owner_) return Status(Code::kInternal, "embedded owner: " + err);
       owner_ = embedded_owner_;
       info_.embedded = true;
-      embedded_master_stopped_here_ = true;
     } else {
       const auto& addr = cfg.client.owner_address;
       auto colon = addr.rfind(':');
@@ -154,7 +153,6 @@ class CafOwnerLink final : public OwnerLink {
   caf::actor owner_, session_, embedded_owner_, embedded_master_;
   LinkInfo info_;
   uint32_t timeout_ms_ = 60000;
-  bool embedded_master_stopped_here_ = false;
 };
 
 }  // namespace

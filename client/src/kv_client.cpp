@@ -619,45 +619,19 @@ Result<ExistsResult> KvClient::exists_prefix(const std::vector<std::string>& key
                                              uint64_t expected_len, const std::string& key_prefix,
                                              const std::string& key_suffix) {
   FLUXON_CALL("exists_prefix");
-  // Nothing changes: a repeated key is harmless, only an empty batch or key is refused.
+  // A question that changes nothing: a repeated key is harmless. Framed keys (key_prefix/key_suffix)
+  // may have empty middles; the owner checks the whole keys.
   const bool framed = !key_prefix.empty() || !key_suffix.empty();
-  Status s = keys.empty() ? invalid_argument("keys: empty batch") : Status::ok();
-  for (size_t i = 0; s.is_ok() && i < keys.size(); ++i)
-    if (keys[i].empty() && !framed) s = invalid_argument("keys[" + std::to_string(i) + "]: empty key");
+  Status s = framed ? (keys.empty() ? invalid_argument("keys: empty batch") : Status::ok())
+                    : validate_keys(keys, /*allow_repeats=*/true);
   if (s.is_ok()) s = validate_group_lens(groups, keys.size());
   if (!s.is_ok()) return s;
   auto c = impl_->current();
   if (!c.ok()) return c.status();
   wire::ExistsReqT req;
-  if (framed) {
-    req.keys = keys;
-    req.key_prefix = key_prefix;
-    req.key_suffix = key_suffix;
-  } else {
-    // What every key shares goes once: the message shrinks to the keys' distinct middles.
-    size_t pre = 0, suf = 0;
-    if (keys.size() > 1) {
-      size_t shortest = keys[0].size();
-      for (const auto& k : keys) shortest = std::min(shortest, k.size());
-      pre = shortest;
-      for (const auto& k : keys)
-        pre = std::min<size_t>(pre, std::mismatch(k.begin(), k.begin() + pre, keys[0].begin()).first - k.begin());
-      suf = shortest - pre;
-      for (const auto& k : keys) {
-        size_t m = 0;
-        while (m < suf && k[k.size() - 1 - m] == keys[0][keys[0].size() - 1 - m]) ++m;
-        suf = m;
-      }
-    }
-    if (pre + suf > 0) {
-      req.key_prefix = keys[0].substr(0, pre);
-      req.key_suffix = keys[0].substr(keys[0].size() - suf);
-      req.keys.reserve(keys.size());
-      for (const auto& k : keys) req.keys.push_back(k.substr(pre, k.size() - pre - suf));
-    } else {
-      req.keys = keys;
-    }
-  }
+  req.keys = keys;
+  req.key_prefix = key_prefix;
+  req.key_suffix = key_suffix;
   if (groups) req.atomic_group_lens = *groups;
   req.expected_len = expected_len;
   req.max_wait_ms = impl_->cfg.client.max_wait_ms;

@@ -4,13 +4,13 @@
 
 namespace fluxon {
 
-Status validate_keys(const std::vector<std::string>& keys) {
+Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats) {
   if (keys.empty()) return invalid_argument("keys: empty batch");
   std::unordered_set<std::string_view> seen;
-  seen.reserve(keys.size() * 2);
+  if (!allow_repeats) seen.reserve(keys.size() * 2);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].empty()) return invalid_argument("keys[" + std::to_string(i) + "]: empty key");
-    if (!seen.insert(keys[i]).second)
+    if (!allow_repeats && !seen.insert(keys[i]).second)
       return invalid_argument("keys[" + std::to_string(i) + "]: key '" + keys[i] +
                               "' repeated in one batch");
   }

@@ -76,7 +76,7 @@ TEST_CASE("kv cpu reference: page_first backup puts token t of layer l at the do
             CHECK(f.values[i][((kv * 3 + layer) * 4 + t) * 32 + b] == f.gpu(kv, layer, f.pages[i], t, b));
 }
 
-TEST_CASE("kv cpu reference: every layout round-trips; layerwise restore touches one layer") {
+TEST_CASE("kv cpu reference: every layout round-trips, layerwise restore touches one layer") {
   for (auto layout : {ValueLayout::kPageFirst, ValueLayout::kLayerFirst, ValueLayout::kMla}) {
     Fixture f({layout, 4, 16, 64}, 20, {3, 17, 0, 11, 5});
     REQUIRE(copy_pages_cpu(Direction::kBackup, f.copy()).is_ok());

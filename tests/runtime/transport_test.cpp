@@ -81,7 +81,7 @@ TEST_CASE("data plane: an unreachable peer is an error naming it, within the tim
   CHECK(s.message().find("127.0.0.1:" + std::to_string(ntohs(a.sin_port))) != std::string::npos);
 }
 
-TEST_CASE("data plane: a server stopped mid-flight fails the read; concurrent readers each get their bytes") {
+TEST_CASE("data plane: a server stopped mid-flight fails the read, concurrent readers each get their bytes") {
   std::vector<uint8_t> seg(8 << 20);
   for (size_t i = 0; i < seg.size(); ++i) seg[i] = uint8_t(i ^ (i >> 9));
   auto srv = DataServer::start("127.0.0.1", 0, seg.data(), seg.size(), 9);

@@ -104,7 +104,7 @@ TEST_CASE("weighted cache: remove_if never removes a newer version") {
   CHECK(r.count(RemovalCause::kExplicit) == 1);
 }
 
-TEST_CASE("weighted cache: capacity holds after every insert; every Size eviction reported once") {
+TEST_CASE("weighted cache: capacity holds after every insert, every Size eviction reported once") {
   Recorder r;
   Cache c(opts(10000, &r, 4));
   std::mt19937_64 rng(1);
@@ -122,7 +122,7 @@ TEST_CASE("weighted cache: capacity holds after every insert; every Size evictio
   CHECK(c.max_capacity() == 10000);
 }
 
-TEST_CASE("weighted cache: evict_some asked for less, then more than present; capacity unchanged (S5)") {
+TEST_CASE("weighted cache: evict_some asked for less, then more than present, capacity unchanged (S5)") {
   Recorder r;
   Cache c(opts(100000, &r, 4));
   for (uint64_t i = 0; i < 100; ++i) (void)c.insert(i, i, 100);
@@ -332,7 +332,7 @@ TEST_CASE("adaptive window: a new cache is an LRU, and a recency-heavy workload 
   CHECK(adaptive.weighted_size() <= 1000);
 }
 
-TEST_CASE("adaptive window: a frequency-heavy workload gets a small window; the simulations stay bounded") {
+TEST_CASE("adaptive window: a frequency-heavy workload gets a small window, the simulations stay bounded") {
   Cache c(opts(1000));
   std::mt19937_64 rng(9);
   uint64_t one_hit = 1 << 30;
@@ -357,7 +357,7 @@ TEST_CASE("adaptive window: a frequency-heavy workload gets a small window; the 
   CHECK(ad.sim_capacity == 1000 / ad.sample_rate);
 }
 
-TEST_CASE("window simulations: the sample halves to stay bounded; ties never move the choice") {
+TEST_CASE("window simulations: the sample halves to stay bounded, ties never move the choice") {
   WindowSims sims(/*capacity=*/1 << 20, /*sketch_entries=*/1 << 16, /*max_entries=*/512);
   for (uint64_t k = 1; k <= 20000; ++k) sims.access(k * 0x9e3779b97f4a7c15ull, 1);
   for (size_t i = 0; i < WindowSims::kCount; ++i) {

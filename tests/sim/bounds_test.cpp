@@ -48,15 +48,14 @@ TEST_CASE("bounds: with publish_jobs batches waiting for an unreachable master, 
   put_commit(c, 0, s, {"b4"});
 }
 
-TEST_CASE("bounds: past flights a remote key is a miss; past exists_questions the local prefix is the answer") {
+TEST_CASE("bounds: past flights a remote key is a miss, past exists_questions the local prefix is the answer") {
   OwnerConfig cfg = small_owner();
   cfg.limits.flights = 2;
   cfg.limits.exists_questions = 0;
   sim::Cluster c(seed_from_env(803), cfg, 2);
   c.run_for(10);
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
-  put_commit(c, 0, s0, {"r0", "r1", "r2"});
-  REQUIRE(c.run_until([&] { return c.owner(0).local_state("r2") == 2; }, 60000));
+  put_live_routes(c, 0, s0, {"r0", "r1", "r2"});
   auto g = get_start(c, 1, s1, {"r0", "r1", "r2"});
   REQUIRE(g.body.AsGetStartReply());
   CHECK(g.body.AsGetStartReply()->transferable_len == 2);  // the third would be a third flight

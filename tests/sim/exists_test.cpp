@@ -20,19 +20,14 @@ wire::ExistsReplyT exists(sim::Cluster& c, int o, uint64_t s, std::vector<std::s
   return *e;
 }
 
-void live(sim::Cluster& c, int o, uint64_t s, const std::vector<std::string>& keys) {
-  put_commit(c, o, s, keys);
-  REQUIRE(c.run_until([&] { return c.owner(o).local_state(keys.back()) == 2; }, 60000));
-}
-
 }  // namespace
 
-TEST_CASE("exists: the local prefix, then the master's routes for the rest; group-aligned, nothing claimed or fetched") {
+TEST_CASE("exists: the local prefix, then the master's routes for the rest, group-aligned, nothing claimed or fetched") {
   sim::Cluster c(seed_from_env(701), small_owner(), 2);
   c.run_for(10);
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
-  live(c, 0, s0, {"k0", "k1", "k2", "k3"});
-  live(c, 1, s1, {"a0", "a1"});
+  put_live_routes(c, 0, s0, {"k0", "k1", "k2", "k3"});
+  put_live_routes(c, 1, s1, {"a0", "a1"});
   const auto before = c.owner(1).stats();
   auto r = exists(c, 1, s1, {"a0", "a1", "k0", "k1", "k2", "none", "k3"});
   CHECK(r.prefix_len == 5);
@@ -55,8 +50,8 @@ TEST_CASE("exists: a value of another length is missing, locally and at the mast
   sim::Cluster c(seed_from_env(702), small_owner(), 2);
   c.run_for(10);
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
-  live(c, 0, s0, {"r0", "r1"});
-  live(c, 1, s1, {"l0"});
+  put_live_routes(c, 0, s0, {"r0", "r1"});
+  put_live_routes(c, 1, s1, {"l0"});
   CHECK(exists(c, 1, s1, {"l0", "r0", "r1"}, {}, 4096).prefix_len == 3);
   CHECK(exists(c, 1, s1, {"l0", "r0"}, {}, 8192).prefix_len == 0);  // local mismatch
   auto r = exists(c, 0, s0, {"r0", "l0"}, {}, 4096);
@@ -68,8 +63,8 @@ TEST_CASE("exists: the master away is given up after max_wait_ms and answered wi
   sim::Cluster c(seed_from_env(703), small_owner(), 2);
   c.run_for(10);
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
-  live(c, 0, s0, {"m0"});
-  live(c, 1, s1, {"n0"});
+  put_live_routes(c, 0, s0, {"m0"});
+  put_live_routes(c, 1, s1, {"n0"});
   c.to_master.drop = 1.0;  // the master cannot be reached
   const Millis t0 = c.now();
   auto r = exists(c, 1, s1, {"n0", "m0"}, {}, 0, 200);
@@ -86,7 +81,7 @@ TEST_CASE("remove_prefix: every value under the prefix leaves, route first, othe
   sim::Cluster c(seed_from_env(704), small_owner(), 2);
   c.run_for(10);
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
-  live(c, 0, s0, {"dep1:a", "dep1:b", "dep2:a"});
+  put_live_routes(c, 0, s0, {"dep1:a", "dep1:b", "dep2:a"});
   auto r = c.call(0, s0, make_envelope(wire::RemovePrefixReqT{{}, "dep1:"}));
   REQUIRE(r.body.AsRemovePrefixReply());
   CHECK(r.body.AsRemovePrefixReply()->removed == 2);

@@ -34,6 +34,12 @@ inline uint64_t put_commit(sim::Cluster& c, int owner, uint64_t s, std::vector<s
   return ps->put_id;
 }
 
+// put_commit, then run until the batch's routes are live (V3).
+inline void put_live_routes(sim::Cluster& c, int owner, uint64_t s, const std::vector<std::string>& keys) {
+  put_commit(c, owner, s, keys);
+  REQUIRE(c.run_until([&] { return c.owner(owner).local_state(keys.back()) == 2; }, 60000));
+}
+
 inline Envelope get_start(sim::Cluster& c, int owner, uint64_t s, std::vector<std::string> keys,
                           std::vector<uint32_t> groups = {}, bool best_effort = true) {
   wire::GetStartReqT g;

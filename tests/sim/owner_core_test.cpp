@@ -23,7 +23,7 @@ TEST_CASE("put_start conflicts name indices and reasons, and reserve nothing") {
   CHECK(after.active_put_plans == before.active_put_plans);
 }
 
-TEST_CASE("put_abort releases keys and slots; commit twice and abort after commit are rejected") {
+TEST_CASE("put_abort releases keys and slots, commit twice and abort after commit are rejected") {
   sim::Cluster c(seed_from_env(102), small_owner());
   const uint64_t s = c.open_session(0);
   auto p = put_start(c, 0, s, keys_of("ab-", 4));
@@ -190,7 +190,7 @@ TEST_CASE("a request for another generation is refused") {
   CHECK(envelope_status(c.call(0, s, std::move(e))).code() == Code::kGenerationMismatch);
 }
 
-TEST_CASE("T2: without reject_if_exist a newer version replaces the route; the old slot is freed") {
+TEST_CASE("T2: without reject_if_exist a newer version replaces the route, the old slot is freed") {
   sim::Cluster c(seed_from_env(112), small_owner());
   c.run_for(5);
   const uint64_t s = c.open_session(0);
@@ -319,7 +319,7 @@ TEST_CASE("pressure: the free-slot watermark evicts cold cohorts ahead of claims
   CHECK(d.owner(0).counters().pressure_evictions_total == 0);
 }
 
-TEST_CASE("S2 and eviction: entries a reader holds are never chosen; the claim times out instead") {
+TEST_CASE("S2 and eviction: entries a reader holds are never chosen, the claim times out instead") {
   auto cfg = one_grant_owner();
   cfg.get_handle_ttl_ms = 60000;  // the readers keep their pins through the whole wait
   sim::Cluster c(seed_from_env(202), cfg);

@@ -158,7 +158,7 @@ TEST_CASE("G9: batches that arrive apart are not held back: one BatchGetStart ea
   check_quiet(c);
 }
 
-TEST_CASE("G4 G5: results are scattered back to their indices; everything past transferable_len goes at once") {
+TEST_CASE("G4 G5: results are scattered back to their indices, everything past transferable_len goes at once") {
   sim::Cluster c(seed_from_env(121), small_owner(), 2);
   c.run_for(10);
   const uint64_t sa = c.open_session(0), sb = c.open_session(1);
@@ -195,7 +195,7 @@ TEST_CASE("G4 G5: results are scattered back to their indices; everything past t
   check_quiet(c);
 }
 
-TEST_CASE("G5: a shorter consume_prefix_len revokes the tail's fetches; a bad one leaves the handle usable") {
+TEST_CASE("G5: a shorter consume_prefix_len revokes the tail's fetches, a bad one leaves the handle usable") {
   sim::Cluster c(seed_from_env(131), small_owner(), 2);
   c.run_for(10);
   const uint64_t sa = c.open_session(0), sb = c.open_session(1);
@@ -218,7 +218,7 @@ TEST_CASE("G5: a shorter consume_prefix_len revokes the tail's fetches; a bad on
   CHECK(c.master().replica_nodes("cp-3") == std::vector<uint32_t>{1});
 }
 
-TEST_CASE("G7: a failed fetch is one terminal state for every waiter; nothing leaks") {
+TEST_CASE("G7: a failed fetch is one terminal state for every waiter, nothing leaks") {
   sim::Cluster c(seed_from_env(141), small_owner(), 2);
   c.run_for(10);
   const uint64_t sa = c.open_session(0), sb = c.open_session(1), sb2 = c.open_session(1);
@@ -357,7 +357,7 @@ TEST_CASE("a client that dies with remote fetches in flight leaves nothing behin
   CHECK(c.owner(1).stats().active_get_handles == 0);
 }
 
-TEST_CASE("a key being fetched is inflight for put_start; the handle TTL releases a forgotten remote handle") {
+TEST_CASE("a key being fetched is inflight for put_start, the handle TTL releases a forgotten remote handle") {
   sim::Cluster c(seed_from_env(181), small_owner(), 2);
   c.run_for(10);
   const uint64_t sa = c.open_session(0), sb = c.open_session(1);
@@ -378,7 +378,7 @@ TEST_CASE("a key being fetched is inflight for put_start; the handle TTL release
 
 // ---- the master's side of remote gets, driven directly ------------------------------------------
 
-TEST_CASE("G6 (master): one prepared get per (key, requester); another requester is never serialised") {
+TEST_CASE("G6 (master): one prepared get per (key, requester), another requester is never serialised") {
   MasterCore m;
   m_put(m, 1, 7, "k", 0);
   CHECK(m_start(m, 2, "k", 100) == wire::GetStartStatus::Started);
@@ -398,7 +398,7 @@ TEST_CASE("G6 (master): one prepared get per (key, requester); another requester
   CHECK(m.inflight_get_count() == 0);
 }
 
-TEST_CASE("master: a source is fenced while read; Done of a removed or replaced version is stale; TTL ends gets") {
+TEST_CASE("master: a source is fenced while read, Done of a removed or replaced version is stale, TTL ends gets") {
   MasterCore m(1000);
   m_put(m, 1, 7, "k", 0);
   REQUIRE(m_start(m, 2, "k", 100, 0) == wire::GetStartStatus::Started);
@@ -427,7 +427,7 @@ TEST_CASE("master: a source is fenced while read; Done of a removed or replaced 
   CHECK(m.replica_nodes("v") == std::vector<uint32_t>{1});
 }
 
-TEST_CASE("master: the last replica's removal removes the route; a late duplicate PutDone of a replica stays dead") {
+TEST_CASE("master: the last replica's removal removes the route, a late duplicate PutDone of a replica stays dead") {
   MasterCore m;
   m_put(m, 1, 7, "k", 0);
   REQUIRE(m_start(m, 2, "k", 100) == wire::GetStartStatus::Started);
@@ -454,7 +454,7 @@ TEST_CASE("master: the last replica's removal removes the route; a late duplicat
   CHECK(m.route_count() == 0);
 }
 
-TEST_CASE("an owner alone in its cluster answers misses without the master; with a peer it asks") {
+TEST_CASE("an owner alone in its cluster answers misses without the master, with a peer it asks") {
   sim::Cluster one(seed_from_env(191), small_owner(), 1);
   one.run_for(10);
   const uint64_t s = one.open_session(0);
@@ -525,7 +525,7 @@ TEST_CASE("replica tasks: !write_through && make_replica_task && mask[i] puts a 
   check_quiet(c);
 }
 
-TEST_CASE("S3: the source evicts without waiting for replicas; a replica then serves the key (L3)") {
+TEST_CASE("S3: the source evicts without waiting for replicas, a replica then serves the key (L3)") {
   sim::Cluster c(seed_from_env(211), small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
   c.run_for(10);
   const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);

@@ -47,7 +47,7 @@ wire::DemoteStatus w_demote(MasterCore& m, uint32_t node, const std::vector<std:
 
 }  // namespace
 
-TEST_CASE("master: a write-back queues one task per version; demotion is all or none and never drops the last copy") {
+TEST_CASE("master: a write-back queues one task per version, demotion is all or none and never drops the last copy") {
   MasterCore m;
   w_register(m, 1, "sglang_owner");
   w_register(m, 3, "sglang_owner");

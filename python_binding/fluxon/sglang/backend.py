@@ -79,12 +79,11 @@ class _Geometry:
     value_len: int
     replicated: bool          # every TP rank holds the same bytes (MLA): only rank 0 writes
     geometry: str             # the key's layout/dtype/page-size part
-    split: int = 1
     logical: bool = False     # a hybrid model's KV anchor without a buffer: KV holds nothing to move
 
     def meta(self, host_indices, pages: int):
-        if self.split > 1:
-            ptrs, _ = self.pool.get_split_heads_page_buffer_meta(host_indices, self.split)
+        if self.values_per_page > 1:
+            ptrs, _ = self.pool.get_split_heads_page_buffer_meta(host_indices, self.values_per_page)
         else:
             ptrs, _ = self.pool.get_page_buffer_meta(host_indices)
         ptrs = [int(p) for p in ptrs]
@@ -236,7 +235,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         if name == "kv" and hasattr(pool, "kv_buffer") and pool.kv_buffer is None:
             # A logical anchor (the hybrid controller's KV entry of a model without KV bytes here):
             # every KV page counts as present; the v2 pools decide the hit.
-            return _Geometry(name, pool, page_size, 1, [], 0, False, "", 1, logical=True)
+            return _Geometry(name, pool, page_size, 1, [], 0, False, "", logical=True)
         split = self.split if name == "kv" else 1
         probe = _indices(page_size)
         if split > 1:
@@ -251,8 +250,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         per_value = len(ptrs) // split
         replicated = bool(self.config.is_mla_model) and name not in _PER_RANK_POOLS
         geom = geometry_part(getattr(pool, "layout", None), getattr(pool, "dtype", None), page_size)
-        return _Geometry(name, pool, page_size, split, sizes[:per_value], sum(sizes[:per_value]), replicated, geom,
-                         split)
+        return _Geometry(name, pool, page_size, split, sizes[:per_value], sum(sizes[:per_value]), replicated, geom)
 
     def _geom(self, name: str) -> _Geometry:
         g = self._geoms.get(name)
@@ -284,7 +282,8 @@ class FluxonHiCacheStorage(HiCacheStorage):
             cut = len(self.key_prefix) + 1 + len("#")
             cached = []
             for j in range(g.values_per_page):
-                head_group = self.config.tp_rank * g.split + j if g.split > 1 else None
+                vpp = g.values_per_page
+                head_group = self.config.tp_rank * vpp + j if vpp > 1 else None
                 k = storage_key(self.key_prefix, "#", self.config, comp, self.extra_backend_tag, geometry=g.geometry,
                                 replicated=g.replicated, head_group=head_group,
                                 rank_override=(f"_tp{self.config.tp_size}.{j}" if identity else None))
@@ -305,15 +304,16 @@ class FluxonHiCacheStorage(HiCacheStorage):
             return 0
         if g.logical:
             return len(page_hashes)
-        # The hot path of every prefetch: the page hashes go as they are, framed by the deployment's
-        # prefix and the pool's suffix (one value per page); the native call directly (keys made here).
+        # The hot path of every prefetch: with one value per page the page hashes go as they are,
+        # framed by the deployment's prefix and the pool's suffix (sent once).
         suffixes = self._suffixes(g, component if component is not None else g.name, False)
         if len(suffixes) == 1:
-            r = self.client._c.exists_prefix(list(page_hashes), None, g.value_len, self.key_prefix + ":", suffixes[0])
+            r = self.client.exists_prefix(list(page_hashes), None, g.value_len, key_prefix=self.key_prefix + ":",
+                                          key_suffix=suffixes[0])
         else:
-            r = self.client._c.exists_prefix(self._value_keys(g, page_hashes, component),
-                                             self._groups(g, len(page_hashes)), g.value_len)
-        hit = r["prefix_len"] // g.values_per_page
+            r = self.client.exists_prefix(self._value_keys(g, page_hashes, component),
+                                          self._groups(g, len(page_hashes)), g.value_len)
+        hit = r.prefix_len // g.values_per_page
         self._count(exists_calls=1, exists_pages=len(page_hashes), exists_hit_pages=hit)
         return hit
 
@@ -367,38 +367,36 @@ class FluxonHiCacheStorage(HiCacheStorage):
         vpp, per_value = g.values_per_page, len(g.sizes)
         mask = self._admit(g, page_hashes, extra_info)
         ok = [False] * len(keys)
-        todo = list(range(len(keys)))
+        remaining = list(range(len(keys)))
         t0 = time.perf_counter()
-        for _ in range(3):  # rounds drop keys that are stored or being stored elsewhere
-            groups = _regroup(todo, vpp)
-            opts = fluxon.PutOptionalArgs(atomic_group_lens=groups if vpp > 1 else None,
-                                          make_replica_task=mask is not None,
-                                          make_replica_task_mask=[mask[i] for i in todo] if mask is not None else None)
+        for _ in range(3):  # a round drops the keys stored, or being stored, elsewhere
             try:
-                plan = self.client.local_fast_put_start([keys[i] for i in todo], g.value_len, opts)
+                plan = self.client.local_fast_put_start(
+                    [keys[i] for i in remaining], g.value_len,
+                    fluxon.PutOptionalArgs(atomic_group_lens=_regroup(remaining, vpp) if vpp > 1 else None,
+                                           make_replica_task=mask is not None,
+                                           make_replica_task_mask=[mask[i] for i in remaining] if mask is not None else None))
             except fluxon.KeyConflict as e:
-                stored = [todo[i] for i, why in zip(e.indices, e.reasons) if why == "exists"]
-                writing = [todo[i] for i, why in zip(e.indices, e.reasons) if why == "inflight"]
-                for i in stored + writing:
+                stored = {remaining[i] for i, why in zip(e.indices, e.reasons) if why == "exists"}
+                writing = {remaining[i] for i, why in zip(e.indices, e.reasons) if why == "inflight"}
+                for i in stored | writing:
                     ok[i] = True  # already stored, or another rank/process is storing it: a success
                 self._count(set_exists_values=len(stored), set_inflight_elsewhere_values=len(writing))
-                done = set(stored) | set(writing)
-                todo = [i for i in todo if i not in done]
-                if not todo:
-                    break
-                continue
-            sub = ptrs if len(todo) == len(keys) else [ptrs[i * per_value + j] for i in todo for j in range(per_value)]
+                remaining = [i for i in remaining if not ok[i]]
+                if remaining:
+                    continue
+                break
+            sub = ptrs if len(remaining) == len(keys) else [ptrs[i * per_value + j] for i in remaining
+                                                            for j in range(per_value)]
             try:
-                _fluxon.plan_copy(plan, sub, g.sizes, len(todo), True, self.copy_threads)
+                _fluxon.plan_copy(plan, sub, g.sizes, len(remaining), True, self.copy_threads)
             except BaseException:
                 self.client.put_abort(plan)
                 raise
-            fut = self.client.local_fast_put_commit(plan)  # local-read-ready now (V1)
-            self._track(fut, len(todo) // vpp)
-            for i in todo:
+            self._track(self.client.local_fast_put_commit(plan), len(remaining) // vpp)  # local-read-ready (V1)
+            for i in remaining:
                 ok[i] = True
-            self._count(set_pages=len(todo) // vpp, set_bytes=len(todo) * g.value_len)
-            todo = []
+            self._count(set_pages=len(remaining) // vpp, set_bytes=len(remaining) * g.value_len)
             break
         result = [all(ok[p * vpp:(p + 1) * vpp]) for p in range(pages)]
         dt = time.perf_counter() - t0
@@ -415,13 +413,10 @@ class FluxonHiCacheStorage(HiCacheStorage):
         ids = self._value_keys(g, page_hashes, identity=True)
         prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
         depth = len(prefix) if prefix else 0
-        groups = [g.values_per_page] * len(page_hashes)
-        # Depth counts pages; one group per page, so the depth of key i is depth + i // vpp.
+        # One decision per page (its values are one group), at the page's depth in the request.
         page_mask = admit(ids[::g.values_per_page], self.admission, None, None, depth)
-        mask = [m for m in page_mask for _ in range(g.values_per_page)]
-        assert len(mask) == sum(groups)
         self._count(replica_admitted_pages=sum(page_mask))
-        return mask
+        return [m for m in page_mask for _ in range(g.values_per_page)]
 
     # -- backups settle in the background, bounded ----------------------------------------------------
     def _window_open(self) -> bool:
@@ -447,7 +442,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
                 if not self._pending and self._closing:
                     return
                 fut, pages = self._pending[0]
-            fut.wait(0.05)
+            fut.wait(0.5)  # returns when the head settles; the timeout only re-checks closing
             if not fut.done():
                 continue
             try:
@@ -642,7 +637,6 @@ class FluxonHiCacheStorage(HiCacheStorage):
         by_len: Dict[int, List[int]] = {}
         for i, (_, ln, _) in enumerate(srcs):
             by_len.setdefault(ln, []).append(i)
-        ok = True
         for ln, idx in by_len.items():
             skeys = [self._flat_key(keys[i]) for i in idx]
             try:
@@ -658,7 +652,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
                 ctypes.memmove(addr, srcs[i][0], ln)
             self._track(self.client.local_fast_put_commit(plan), len(idx))
             self._count(set_pages=len(idx), set_bytes=len(idx) * ln)
-        return ok
+        return True
 
     def _flat_key(self, page_hash: str) -> str:
         g = self._geoms.get("kv")
@@ -705,11 +699,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
             self.client.close()
 
 
-def _regroup(todo: List[int], vpp: int) -> List[int]:
+def _regroup(remaining: List[int], vpp: int) -> List[int]:
     """Group lens of the remaining values: each page's remaining values stay one group."""
     lens: List[int] = []
     last = None
-    for i in todo:
+    for i in remaining:
         p = i // vpp
         if p == last:
             lens[-1] += 1

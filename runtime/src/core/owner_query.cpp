@@ -8,28 +8,12 @@
 
 namespace fluxon {
 
-namespace {
-// The longest prefix of `hits` that cuts no group.
-uint32_t aligned_prefix(uint32_t hits, const std::optional<std::vector<uint32_t>>& groups) {
-  if (!groups) return hits;
-  uint32_t edge = 0;
-  for (uint32_t g : *groups) {
-    if (edge + g > hits) break;
-    edge += g;
-  }
-  return edge;
-}
-}  // namespace
-
 void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, Millis now, Outbox& out) {
   std::optional<std::vector<uint32_t>> groups;
   if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
   if (!req.key_prefix.empty() || !req.key_suffix.empty())
     for (auto& k : req.keys) k = req.key_prefix + k + req.key_suffix;
-  // A question that changes nothing: a repeated key is harmless, only empty ones are refused.
-  Status st = req.keys.empty() ? invalid_argument("keys: empty batch") : Status::ok();
-  for (size_t i = 0; st.is_ok() && i < req.keys.size(); ++i)
-    if (req.keys[i].empty()) st = invalid_argument("keys[" + std::to_string(i) + "]: empty key");
+  Status st = validate_keys(req.keys, /*allow_repeats=*/true);  // a question: a repeated key is harmless
   if (st.is_ok()) st = validate_group_lens(groups, req.keys.size());
   if (!st.is_ok()) return reply_error(session, token, st, out);
   counters_.exists_total++;
@@ -45,7 +29,7 @@ void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, 
       break;
     }
   }
-  ExistsJob job{session, token, std::move(groups), req.expected_len, local, {}, 0};
+  ExistsJob job{session, token, std::move(groups), n, req.expected_len, local, {}, 0};
   if (local == n || mismatch || alone()) return answer_exists(job, 0, false, out);
   if (exists_jobs_.size() >= cfg_.limits.exists_questions) {  // the bound: what is known here
     counters_.exists_full_total++;
@@ -66,7 +50,9 @@ void OwnerCore::exists(uint64_t token, uint64_t session, wire::ExistsReqT& req, 
 
 void OwnerCore::answer_exists(const ExistsJob& job, uint32_t remote, bool master_answered, Outbox& out) {
   wire::ExistsReplyT r;
-  r.prefix_len = aligned_prefix(job.local + remote, job.groups);
+  std::vector<bool> hits(job.n, false);
+  std::fill_n(hits.begin(), job.local + remote, true);
+  r.prefix_len = compute_prefix(hits, job.groups, true).transferable_len;
   r.local_len = std::min(r.prefix_len, job.local);
   r.master_answered = master_answered;
   reply(OwnerOut::Kind::kReply, job.session, job.token, make_envelope(std::move(r)), out);

@@ -208,6 +208,7 @@ class OwnerCore {
   struct ExistsJob {
     uint64_t session = 0, token = 0;
     std::optional<std::vector<uint32_t>> groups;
+    uint32_t n = 0;                  // keys asked
     uint64_t expected_len = 0;
     uint32_t local = 0;              // leading keys found in the local index
     std::vector<std::string> rest;   // asked of the master

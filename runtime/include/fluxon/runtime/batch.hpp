@@ -10,8 +10,9 @@
 
 namespace fluxon {
 
-// Every key non-empty, no key repeated in the batch, at least one key.
-Status validate_keys(const std::vector<std::string>& keys);
+// Every key non-empty, at least one key, and (unless allow_repeats: a question that changes
+// nothing) no key repeated in the batch.
+Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats = false);
 
 // Groups: each > 0, sum == n. Empty optional = every key its own group.
 Status validate_group_lens(const std::optional<std::vector<uint32_t>>& group_lens, size_t n);
