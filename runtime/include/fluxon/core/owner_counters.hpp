@@ -92,7 +92,11 @@
   X(publish_backlog_full_total, "fluxon_owner_bound_refusals_total", "queue=publish_jobs", "Requests refused at a queue's bound") \
   X(eviction_paused_total, "fluxon_owner_bound_refusals_total", "queue=remove_jobs", "Requests refused at a queue's bound") \
   X(flights_full_total, "fluxon_owner_bound_refusals_total", "queue=flights", "Requests refused at a queue's bound") \
-  X(exists_full_total, "fluxon_owner_bound_refusals_total", "queue=exists_questions", "Requests refused at a queue's bound")
+  X(exists_full_total, "fluxon_owner_bound_refusals_total", "queue=exists_questions", "Requests refused at a queue's bound") \
+  X(pending_gets_full_total, "fluxon_owner_bound_refusals_total", "queue=pending_gets", "Requests refused at a queue's bound") \
+  X(handles_full_total, "fluxon_owner_bound_refusals_total", "queue=handles", "Requests refused at a queue's bound") \
+  X(writebacks_full_total, "fluxon_owner_bound_refusals_total", "queue=writebacks", "Requests refused at a queue's bound") \
+  X(replica_retries_full_total, "fluxon_owner_bound_refusals_total", "queue=replica_retries", "Requests refused at a queue's bound")
 
 namespace fluxon {
 

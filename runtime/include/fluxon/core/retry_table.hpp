@@ -29,6 +29,7 @@ class RetryTable {
   const_iterator begin() const { return jobs_.begin(); }
   const_iterator end() const { return jobs_.end(); }
   iterator find(uint64_t id) { return jobs_.find(id); }
+  const_iterator find(uint64_t id) const { return jobs_.find(id); }
   Job& at(uint64_t id) { return jobs_.at(id); }
   size_t count(uint64_t id) const { return jobs_.count(id); }
   size_t size() const { return jobs_.size(); }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fluxon/core/owner_config.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 #include "fluxon/runtime/status.hpp"
 
@@ -22,37 +23,13 @@ struct MasterConfig {
   std::vector<std::string> replica_target_roles{"remote_cache"};
 };
 
-struct OwnerConfig {
-  uint32_t node_id = 1;
-  std::string role = "sglang_owner";  // or remote_cache
+// An owner's whole configuration: its core's slice (fluxon/core/owner_config.hpp) and the I/O
+// around it — where it listens, its segment, its data plane and the faults it injects.
+struct OwnerConfig : OwnerCoreConfig {
   std::string listen_host = "127.0.0.1";
   uint16_t port = 7610;
   uint16_t metrics_port = 0;
   uint64_t dram_bytes = 1ull << 30;                 // contribute_to_cluster_pool_size.dram
-  uint64_t grant_bytes = kDefaultGrantBytes;        // local_reserve_grant_bytes
-  std::optional<ExpectedCapacity> expected_capacity;  // owner_local_reserve_expected_capacity
-  uint32_t soft_wait_ms = 10;
-  uint32_t hard_timeout_ms = 30000;
-  uint32_t get_handle_ttl_ms = 60000;
-  uint32_t publish_retry_ms = 500;   // PutDone re-sent with the same identity after this (T1)
-  uint32_t master_rpc_timeout_ms = 5000;
-  // Capacity eviction: when a claim finds no free slot, the coldest complete cohorts that no reader
-  // holds are selected (bounded per round) and removed route first; their slots then serve the claim.
-  bool eviction = true;
-  uint64_t eviction_max_bytes_per_round = 256ull << 20;
-  bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
-  // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots
-  // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
-  // put does not wait for a route removal. 0: evict only when a claim finds no slot.
-  double eviction_free_watermark = 0.02;
-  // Owner-hot write-back (replica_writeback_hot_capacity_ratio; 0 = off): live entries also sit in
-  // a hot W-TinyLFU tier of this share of the segment; a cohort it evicts gets a copy on a
-  // target-role owner (a replica task), and with writeback_demote its copies here then go (single-
-  // copy demotion: only while the remote copy of the same version stays). A write-back not done
-  // within writeback_timeout_ms is given up (the entry stays; a later eviction may ask again).
-  double hot_writeback_ratio = 0;
-  bool writeback_demote = true;
-  uint32_t writeback_timeout_ms = 60000;
   // Data plane: peers fetch this owner's bytes from data_host:data_port (0: any free port).
   // data_host defaults to listen_host (127.0.0.1 when that is 0.0.0.0).
   std::string data_host;
@@ -60,18 +37,6 @@ struct OwnerConfig {
   std::string data_transport = "auto";  // auto | tcp | rdma (rdma fails at start without a device)
   uint32_t data_threads = 2;            // fetch threads (one peer batch each at a time)
   uint32_t data_timeout_ms = 10000;     // a fetch that moves no byte for this long fails
-  uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys
-  // Set from the cluster config (not a key): the only owner never asks the master about a miss.
-  bool alone_in_cluster = false;
-  // Bounds of the owner's queues (not config keys: the defaults are the bounds; tests lower them).
-  // Past a bound the owner refuses, in words and counted, instead of growing without end.
-  struct Limits {
-    size_t claim_waiters = 4096;       // put_starts waiting for slots: the next is refused (claim_turn)
-    size_t publish_jobs = 16384;       // committed batches waiting for the master: put_start is refused
-    size_t remove_jobs = 16384;        // route removals in flight: capacity eviction pauses
-    size_t flights = 65536;            // remote-get flights: a new remote key is a miss
-    size_t exists_questions = 4096;    // exists waiting for the master: answered with the local prefix
-  } limits;
   std::string advertised_data_host() const {
     if (!data_host.empty()) return data_host;
     return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;

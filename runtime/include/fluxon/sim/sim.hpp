@@ -12,6 +12,7 @@
 
 #include "fluxon/core/master_core.hpp"
 #include "fluxon/core/owner_core.hpp"
+#include "fluxon/runtime/config.hpp"
 
 namespace fluxon::sim {
 

@@ -1,0 +1,59 @@
+// The slice of an owner's configuration its core uses: identity, slot pool, waits, eviction,
+// write-back and the queues' bounds. No ports, hosts, threads or fault odds: those belong to the
+// driver and the I/O around it (OwnerConfig in fluxon/runtime/config.hpp adds them).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fluxon/runtime/reserve_pool.hpp"
+
+namespace fluxon {
+
+struct OwnerCoreConfig {
+  uint32_t node_id = 1;
+  std::string role = "sglang_owner";  // or remote_cache
+  uint64_t grant_bytes = kDefaultGrantBytes;        // local_reserve_grant_bytes
+  std::optional<ExpectedCapacity> expected_capacity;  // owner_local_reserve_expected_capacity
+  uint32_t soft_wait_ms = 10;
+  uint32_t hard_timeout_ms = 30000;
+  uint32_t get_handle_ttl_ms = 60000;
+  uint32_t publish_retry_ms = 500;   // PutDone re-sent with the same identity after this (T1)
+  uint32_t master_rpc_timeout_ms = 5000;
+  // Capacity eviction: when a claim finds no free slot, the coldest complete cohorts that no reader
+  // holds are selected (bounded per round) and removed route first; their slots then serve the claim.
+  bool eviction = true;
+  uint64_t eviction_max_bytes_per_round = 256ull << 20;
+  bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
+  // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots
+  // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
+  // put does not wait for a route removal. 0: evict only when a claim finds no slot.
+  double eviction_free_watermark = 0.02;
+  // Owner-hot write-back (replica_writeback_hot_capacity_ratio; 0 = off): live entries also sit in
+  // a hot W-TinyLFU tier of this share of the segment; a cohort it evicts gets a copy on a
+  // target-role owner (a replica task), and with writeback_demote its copies here then go (single-
+  // copy demotion: only while the remote copy of the same version stays). A write-back not done
+  // within writeback_timeout_ms is given up (the entry stays; a later eviction may ask again).
+  double hot_writeback_ratio = 0;
+  bool writeback_demote = true;
+  uint32_t writeback_timeout_ms = 60000;
+  uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys
+  // Set from the cluster config (not a key): the only owner never asks the master about a miss.
+  bool alone_in_cluster = false;
+  // Bounds of the owner's queues (not config keys: the defaults are the bounds; tests lower them).
+  // Past a bound the owner refuses, in words and counted, instead of growing without end.
+  struct Limits {
+    size_t claim_waiters = 4096;       // put_starts waiting for slots: the next is refused (claim_turn)
+    size_t publish_jobs = 16384;       // committed batches waiting for the master: put_start is refused
+    size_t remove_jobs = 16384;        // route removals in flight: capacity eviction pauses
+    size_t flights = 65536;            // remote-get flights: a new remote key is a miss
+    size_t exists_questions = 4096;    // exists waiting for the master: answered with the local prefix
+    size_t pending_gets = 4096;        // get_starts waiting for the master: the next is answered now
+    size_t handles = 65536;            // get handles not consumed: get_start refuses (Timeout)
+    size_t writebacks = 16384;         // write-back jobs in flight: hot-tier evictions are not copied
+    size_t replica_retries = 4096;     // replica fetches waiting to be tried again: a failure is final
+  } limits;
+};
+
+}  // namespace fluxon

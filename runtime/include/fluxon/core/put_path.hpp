@@ -1,0 +1,117 @@
+// PutPath: put_start to PutLive. Claims slots for a batch's keys (FIFO claim turn behind earlier
+// waiters, soft wait noted, hard timeout named by stage), holds the plan and its keys' inflight
+// markers, commits the plan local-read-ready at once (V1), and owns the batch's publish job until
+// every item is terminal (A2), re-sent with the same identity until the master answers (T1). After
+// a master restart it re-publishes every live route under its original identity (resync).
+//
+// Bounds: Limits::claim_waiters (a put_start past it is refused, stage claim_turn) and
+// Limits::publish_jobs (a put_start is refused while that many batches wait for the master).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/core/retry_table.hpp"
+
+namespace fluxon {
+
+class PutPath {
+ public:
+  using Entry = LocalIndex::Entry;
+  // What a publish answer means elsewhere: routes to remove (one job), entries that went live,
+  // slots no route references any more.
+  struct Settled {
+    Removals removals;
+    std::vector<LiveEntry> live;
+    std::vector<SlotRef> unrouted;
+  };
+
+  explicit PutPath(OwnerShared& s) : s_(s) {}
+
+  // put_start: answered now, or queued in the claim turn; room to make when the pool had no slot.
+  // `fetching(key)`: a remote get is bringing key here (reject_if_inflight_same_key).
+  std::optional<RoomNeeded> start(uint64_t token, uint64_t session, Envelope& req, Millis now, Outbox& out,
+                                  const std::function<bool(const std::string&)>& fetching);
+  // Serves the claim turn while slots are free; room to make for the head when they ran out.
+  std::optional<RoomNeeded> serve_waiters(Outbox& out, const std::function<bool(const std::string&)>& fetching);
+  // The head waiter's need (tick keeps eviction going for it), if any waits.
+  std::optional<RoomNeeded> head_need() const;
+  // Soft waits noted, hard timeouts answered.
+  void expire_waiters(Millis now, Outbox& out);
+
+  // put_commit: the plan's slots are local-read-ready (V1) and its entries in the index. Returns
+  // the routes of the entries it replaced that must go (one job each); publish() then sends the
+  // batch's PutDone. 0 when the plan is unknown (answered with the error).
+  struct Committed {
+    uint64_t put_id = 0;
+    std::vector<Removals> removals;
+  };
+  Committed commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
+  void publish(uint64_t put_id, Millis now, Outbox& out);
+  void abort(uint64_t token, uint64_t session, uint64_t put_id, Outbox& out);
+
+  // A newer local version (or a removal) replaced `old`: its route must go first (the Removal),
+  // or its publish job settles it when the master answers (nothing now).
+  std::optional<Removal> supersede(const std::string& key, const Entry& old);
+  // A re-publication of put_id's routes is in flight.
+  bool resyncing(uint64_t put_id) const;
+  bool in_flight(const std::string& key) const { return inflight_.count(key) != 0; }
+
+  Settled on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
+  // The master came back: every live route again with its identity, then the jobs in flight.
+  void resync(Millis now, Outbox& out);
+  void retry_due(Millis now, Outbox& out);
+  void close_session(const Sessions::Session& s, uint64_t session);
+  bool owns(uint64_t token) const { return publish_.id_of(token).has_value(); }
+
+  size_t plans() const { return plans_.size(); }
+  size_t publish_jobs() const { return publish_.size(); }
+
+ private:
+  struct Plan {
+    uint64_t session = 0;
+    std::vector<std::string> keys;
+    std::vector<SlotRef> slots;
+    uint64_t value_len = 0;
+    std::vector<uint32_t> group_lens;
+    std::vector<bool> replica;  // per key: !write_through && make_replica_task && mask[i]
+  };
+  struct Waiter {
+    uint64_t token, session;
+    std::unique_ptr<Envelope> req;
+    Millis since;
+    bool soft_noted = false;
+  };
+  struct PublishJob {           // A2: owns one put batch until every item is terminal
+    uint64_t session = 0;
+    std::vector<std::string> keys;
+    std::vector<SlotRef> slots;
+    std::vector<bool> superseded;  // a newer local version replaced the item before it went live
+    std::vector<uint64_t> offsets, lens;
+    std::vector<uint32_t> group_lens;
+    std::vector<Version> origins;  // resync of fetched replicas: each item's version (else this put)
+    std::vector<bool> replica;     // first publication: the items that get a replica task
+    Millis next_send = 0;
+    bool resync = false;           // re-publishes live routes after the master came back
+  };
+  // Returns true when the request was answered (success or error), false when it must wait.
+  bool try_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, Outbox& out,
+                 const std::function<bool(const std::string&)>& fetching, std::optional<RoomNeeded>& need);
+  void send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
+  void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Settled& settled);
+  void drop_plan(uint64_t put_id);
+
+  OwnerShared& s_;
+  std::unordered_map<std::string, uint64_t> inflight_;  // key -> put_id of the open plan
+  std::unordered_map<uint64_t, Plan> plans_;
+  std::deque<Waiter> waiters_;                          // FIFO claim turn
+  RetryTable<PublishJob> publish_;                      // put_id -> job
+};
+
+}  // namespace fluxon

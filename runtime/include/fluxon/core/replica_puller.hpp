@@ -1,0 +1,57 @@
+// ReplicaPuller: replica tasks. The master queues a task for every published key a put asked a
+// replica of; owners of a target role (remote_cache by default) pull them (ReplicaPoll, re-sent
+// under the same poll id until answered: T1) and fetch the keys like any remote get — a flight
+// per key through GetFlights, one BatchGetStart, one payload batch per source, one BatchGetDone
+// that publishes the copy. A failed fetch is tried again (kAttempts in all, backing off); a
+// replica that never comes costs later hits only (S3: the source's eviction never waits for it).
+//
+// Uses GetFlights (a component below it); nothing uses it. Bounds: kBatch flights at most in
+// flight, Limits::replica_retries fetches waiting for another attempt (past it a failure is final).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fluxon/core/get_flights.hpp"
+#include "fluxon/core/owner_shared.hpp"
+
+namespace fluxon {
+
+class ReplicaPuller {
+ public:
+  static constexpr uint32_t kBatch = 256;     // tasks per poll, and replica flights at most in flight
+  static constexpr Millis kIdlePollMs = 100;  // between polls that found nothing
+  static constexpr uint32_t kAttempts = 3;
+
+  ReplicaPuller(OwnerShared& s, GetFlights& gets) : s_(s), gets_(gets) {}
+
+  // `putting(key)`: a local put holds key's plan (the task is skipped: the value is coming).
+  void poll(Millis now, Outbox& out, const std::function<bool(const std::string&)>& putting);
+  // false: not the poll in flight's answer (a late duplicate), nothing done.
+  bool on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
+                const std::function<bool(const std::string&)>& putting);
+  // Flights that ended: counted, retried or given up; their interest dropped.
+  void settle(Millis now, Outbox& out);
+  bool owns(uint64_t token) const;
+
+ private:
+  void send_poll(Millis now, Outbox& out);
+  void start(const std::vector<std::string>& keys, Millis now, Outbox& out,
+             const std::function<bool(const std::string&)>& putting);
+
+  OwnerShared& s_;
+  GetFlights& gets_;
+  std::unordered_map<uint64_t, std::string> flights_;        // flight -> key
+  std::unordered_map<std::string, uint32_t> attempts_;       // key -> failed attempts so far
+  std::deque<std::pair<Millis, std::string>> retry_;         // (when, key)
+  uint64_t poll_id_ = 0;      // the poll in flight (0: none); re-sent under the same id (T1)
+  uint32_t poll_max_ = 0;
+  std::vector<uint64_t> poll_tokens_;
+  Millis next_poll_ = 0, poll_sent_ = 0;
+};
+
+}  // namespace fluxon

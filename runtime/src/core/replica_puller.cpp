@@ -1,0 +1,101 @@
+#include "fluxon/core/replica_puller.hpp"
+
+#include <algorithm>
+
+namespace fluxon {
+
+void ReplicaPuller::poll(Millis now, Outbox& out, const std::function<bool(const std::string&)>& putting) {
+  if (!s_.replica_target || s_.alone()) return;  // not a target role, or alone
+  std::vector<std::string> due;
+  for (auto it = retry_.begin(); it != retry_.end();) {
+    if (it->first > now) {
+      ++it;
+      continue;
+    }
+    due.push_back(std::move(it->second));
+    it = retry_.erase(it);
+  }
+  if (!due.empty()) start(due, now, out, putting);
+  if (poll_id_ != 0) {  // unanswered: the same poll again, the master answers it the same way
+    if (now - poll_sent_ >= Millis(s_.cfg.publish_retry_ms)) send_poll(now, out);
+    return;
+  }
+  if (now < next_poll_ || flights_.size() >= kBatch) return;
+  poll_id_ = s_.new_unique();
+  poll_max_ = uint32_t(kBatch - flights_.size());
+  next_poll_ = now + kIdlePollMs;
+  send_poll(now, out);
+}
+
+void ReplicaPuller::send_poll(Millis now, Outbox& out) {
+  wire::ReplicaPollT p;
+  p.node_id = s_.cfg.node_id;
+  p.generation = s_.generation;
+  p.max = poll_max_;
+  p.poll_id = poll_id_;
+  const uint64_t tok = s_.new_token(JobKind::kReplicaPoll);
+  poll_tokens_.push_back(tok);
+  poll_sent_ = now;
+  s_.to_master(tok, make_envelope(std::move(p)), out);
+}
+
+bool ReplicaPuller::owns(uint64_t token) const {
+  return std::find(poll_tokens_.begin(), poll_tokens_.end(), token) != poll_tokens_.end();
+}
+
+bool ReplicaPuller::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
+                             const std::function<bool(const std::string&)>& putting) {
+  // Only the poll in flight counts; a late duplicate of a settled poll is dropped.
+  if (!owns(token)) return false;
+  auto* rp = reply.body.AsReplicaPollReply();
+  if (!rp) return false;
+  poll_tokens_.clear();
+  poll_id_ = 0;
+  if (rp->keys.empty()) return true;
+  next_poll_ = now;  // there may be more: ask again at the next tick
+  s_.counters.replica_tasks_received_total += rp->keys.size();
+  start(rp->keys, now, out, putting);
+  return true;
+}
+
+void ReplicaPuller::start(const std::vector<std::string>& keys, Millis now, Outbox& out,
+                          const std::function<bool(const std::string&)>& putting) {
+  std::vector<std::string> fetch;
+  for (const auto& key : keys) {
+    if (s_.local.contains(key) || gets_.fetching(key) || putting(key)) {
+      s_.counters.replica_tasks_skipped_total++;  // here already, or on its way
+      continue;
+    }
+    fetch.push_back(key);
+  }
+  // The flights hold their interest for the task until they are terminal (settle drops it).
+  const auto ids = gets_.start_held(fetch, now, out);
+  for (size_t i = 0; i < ids.size(); ++i) flights_.emplace(ids[i], fetch[i]);
+}
+
+void ReplicaPuller::settle(Millis now, Outbox& out) {
+  std::vector<uint64_t> done;
+  for (const auto& [fid, key] : flights_) {
+    const auto p = gets_.phase(fid);
+    if (p == GetFlights::Phase::kReady || p == GetFlights::Phase::kFailed) done.push_back(fid);
+  }
+  for (uint64_t fid : done) {
+    auto rf = flights_.find(fid);
+    const std::string key = std::move(rf->second);
+    flights_.erase(rf);
+    if (gets_.phase(fid) == GetFlights::Phase::kReady) {
+      s_.counters.replica_done_total++;
+      attempts_.erase(key);
+    } else if (const uint32_t n = ++attempts_[key]; n < kAttempts && retry_.size() < s_.cfg.limits.replica_retries) {
+      s_.counters.replica_retries_total++;  // 0.5 s, then 1 s later
+      retry_.emplace_back(now + 500 * Millis(n), key);
+    } else {
+      if (n < kAttempts) s_.counters.replica_retries_full_total++;
+      s_.counters.replica_failed_total++;
+      attempts_.erase(key);
+    }
+    gets_.drop_interest(fid, now, out);
+  }
+}
+
+}  // namespace fluxon

@@ -1,0 +1,204 @@
+#include "fluxon/core/writeback.hpp"
+
+#include <algorithm>
+
+namespace fluxon {
+
+void WriteBack::admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out) {
+  // A target-role owner is where write-backs go: it keeps no hot tier of its own.
+  auto* hot_tier = s_.replica_target ? nullptr : s_.local.hot();
+  for (const auto& e : live) s_.local.enter_resident(e.key, e.ref, e.weight);
+  // A1: the keys of one reply (whole cohorts) went live together and enter the hot tier together,
+  // so no member is evicted (and written back) while another is not live yet.
+  if (!hot_tier || live.empty()) return;
+  std::vector<std::pair<std::string, LocalIndex::ResidentRef>> evicted;
+  for (const auto& e : live) (void)hot_tier->insert(e.key, e.ref, e.weight, &evicted);
+  if (!evicted.empty()) write_back(evicted, now, out);
+}
+
+void WriteBack::write_back(const std::vector<std::pair<std::string, LocalIndex::ResidentRef>>& evicted, Millis now,
+                           Outbox& out) {
+  s_.counters.hot_evicted_keys_total += evicted.size();
+  if (s_.alone() || s_.replica_target) return;  // nowhere to write to, or the copy would be this one
+  std::vector<uint64_t> fresh;
+  for (const auto& [key, ref] : evicted) {
+    if (jobs_.size() >= s_.cfg.limits.writebacks) {  // the bound: this cohort stays, uncopied
+      s_.counters.writebacks_full_total++;
+      continue;
+    }
+    Job job;
+    for (const CohortId& id : s_.local.exact_cohort({ref.put_id, ref.group})) {
+      const auto* c = s_.local.cohort(id);
+      if (!c || job_of_.count(id)) continue;  // gone, or on its way already
+      bool live = true;
+      for (const auto& k : *c) {
+        auto it = s_.local.find(k);
+        live = live && it != s_.local.end() && it->second.put_id == id.first && it->second.live;
+      }
+      if (!live) continue;  // not published yet, or leaving: nothing to copy
+      job.cohorts.push_back(id);
+      for (const auto& k : *c) {
+        job.keys.push_back(k);
+        job.versions.push_back(s_.local.at(k).ver);
+        job.put_ids.push_back(id.first);
+      }
+    }
+    if (job.keys.empty()) continue;
+    const uint64_t id = next_job_++;
+    for (const auto& c : job.cohorts) job_of_[c] = id;
+    s_.counters.writeback_cohorts_total += job.cohorts.size();
+    s_.counters.writeback_keys_total += job.keys.size();
+    job.deadline = now + s_.cfg.writeback_timeout_ms;
+    deadlines_.emplace(job.deadline, id);
+    jobs_.emplace(id, std::move(job));
+    fresh.push_back(id);
+  }
+  if (!fresh.empty()) send_batch(fresh, now, out);
+}
+
+void WriteBack::send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox& out) {
+  wire::WriteBackT w;
+  w.node_id = s_.cfg.node_id;
+  w.generation = s_.generation;
+  Batch batch;
+  batch.expires = now + 2 * Millis(s_.cfg.master_rpc_timeout_ms);
+  for (uint64_t id : jobs) {
+    Job& job = jobs_.at(id);
+    batch.jobs.emplace_back(id, job.keys.size());
+    for (size_t i = 0; i < job.keys.size(); ++i)
+      w.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
+          {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
+    jobs_.schedule(id, now + s_.cfg.publish_retry_ms);
+  }
+  s_.counters.writeback_requests_total++;
+  const uint64_t tok = s_.new_token(JobKind::kWriteBackBatch);
+  batches_[tok] = std::move(batch);
+  s_.to_master(tok, make_envelope(std::move(w)), out);
+}
+
+void WriteBack::on_batch_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
+  auto b = batches_.find(token);
+  auto* wr = reply.body.AsWriteBackReply();
+  if (b == batches_.end() || !wr) return;
+  const auto jobs = std::move(b->second.jobs);
+  batches_.erase(b);
+  size_t total = 0;
+  for (const auto& [id, n] : jobs) total += n;
+  if (total != wr->status.size()) return;  // not this request's answer: its jobs ask again
+  size_t at = 0;
+  for (const auto& [id, n] : jobs) {
+    // A job that ended, or moved on to its Demote, since this request left skips its part.
+    auto j = jobs_.find(id);
+    if (j != jobs_.end() && !j->second.demoting) settle(id, wr->status.data() + at, now, out);
+    at += n;
+  }
+}
+
+void WriteBack::send_demote(uint64_t id, Job& job, Millis now, Outbox& out) {
+  wire::DemoteT d;  // one exact cohort set per request: the master grants it all or none
+  d.node_id = s_.cfg.node_id;
+  d.generation = s_.generation;
+  for (size_t i = 0; i < job.keys.size(); ++i)
+    d.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
+        {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
+  s_.counters.writeback_requests_total++;
+  const uint64_t tok = s_.new_token(JobKind::kDemote);
+  jobs_.attempt(id, tok);
+  jobs_.schedule(id, now + s_.cfg.publish_retry_ms);
+  s_.to_master(tok, make_envelope(std::move(d)), out);
+}
+
+void WriteBack::cohort_evicted(CohortId cohort) {
+  if (auto w = job_of_.find(cohort); w != job_of_.end()) end(w->second);
+}
+
+void WriteBack::end(uint64_t id) {
+  auto j = jobs_.find(id);
+  if (j == jobs_.end()) return;
+  for (const auto& c : j->second.cohorts) {
+    auto w = job_of_.find(c);
+    if (w != job_of_.end() && w->second == id) job_of_.erase(w);
+  }
+  deadlines_.erase({j->second.deadline, id});
+  jobs_.erase(j);
+}
+
+// The first phase's answer for one job (its keys' statuses, in order).
+void WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status, Millis now, Outbox& out) {
+  Job& job = jobs_.at(id);
+  size_t backed = 0;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    if (status[i] == wire::WriteBackStatus::Obsolete || status[i] == wire::WriteBackStatus::NoTarget) {
+      s_.counters.writeback_abandoned_total++;  // the value moved on, or nowhere to copy it to
+      end(id);
+      return;
+    }
+    backed += status[i] == wire::WriteBackStatus::Backed;
+  }
+  if (backed < job.keys.size()) return;  // tasks on their way: asked again at next_send
+  s_.counters.writeback_backed_keys_total += job.keys.size();
+  if (!s_.cfg.writeback_demote) {  // inclusive write-back: both copies stay
+    end(id);
+    return;
+  }
+  job.demoting = true;
+  send_demote(id, job, now, out);
+}
+
+// The second phase's answer (Demote, one job per request).
+std::vector<std::pair<std::string, WriteBack::Entry>> WriteBack::on_demote_reply(uint64_t token, Envelope& reply) {
+  std::vector<std::pair<std::string, Entry>> demoted;
+  auto id = jobs_.id_of(token);
+  if (!id) return demoted;
+  auto j = jobs_.find(*id);
+  if (j == jobs_.end()) return demoted;
+  Job& job = j->second;
+  auto* dr = reply.body.AsDemoteReply();
+  if (!dr || !job.demoting) return demoted;
+  jobs_.forget(*id);  // a reply settles every attempt so far
+  if (dr->status == wire::DemoteStatus::Busy) return demoted;  // a remote get reads a copy here: asked again
+  if (dr->status == wire::DemoteStatus::Kept) {
+    s_.counters.demote_kept_total++;  // the remote copy went first: these copies stay
+    end(*id);
+    return demoted;
+  }
+  // Demoted: the master holds no route to these copies any more. An entry replaced or evicted
+  // meanwhile is that path's business already.
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    auto it = s_.local.find(job.keys[i]);
+    if (it == s_.local.end() || it->second.put_id != job.put_ids[i] || !it->second.live) continue;
+    const Entry e = it->second;
+    s_.local.erase(it);
+    s_.counters.demoted_keys_total++;
+    s_.counters.demoted_bytes_total += s_.pool.slot_size(e.slot);
+    demoted.emplace_back(job.keys[i], e);
+  }
+  s_.counters.demoted_cohorts_total += job.cohorts.size();
+  end(*id);
+  return demoted;
+}
+
+void WriteBack::retry(Millis now, Outbox& out) {
+  // Deadline-ordered: the jobs whose re-send time or give-up time has come, in id order.
+  std::vector<uint64_t> ids = jobs_.due(now);
+  for (auto d = deadlines_.begin(); d != deadlines_.end() && d->first <= now; ++d) ids.push_back(d->second);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<uint64_t> expired, again;
+  for (uint64_t id : ids) {
+    Job& job = jobs_.at(id);
+    if (now >= job.deadline) expired.push_back(id);
+    else if (job.demoting) send_demote(id, job, now, out);
+    else again.push_back(id);
+  }
+  if (!again.empty()) send_batch(again, now, out);
+  // Batches expire in token order (each expires a fixed time after it left): no reply came, and
+  // their jobs were (or will be) asked again.
+  while (!batches_.empty() && now >= batches_.begin()->second.expires) batches_.erase(batches_.begin());
+  for (uint64_t id : expired) {
+    s_.counters.writeback_abandoned_total++;
+    end(id);
+  }
+}
+
+}  // namespace fluxon
