@@ -31,6 +31,7 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using mreply_atom = caf::atom_constant<caf::atom("mreply")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

@@ -27,16 +27,27 @@ inline int wait_stop_signal() {
   return sig;
 }
 
-// Registers every counter of a counter table (fluxon/core/counters.hpp) with Prometheus.
+// Registers a table's figures with Prometheus: every counter of a counter table and every gauge of
+// a gauge table (fluxon/core/counters.hpp), under their declared families and labels.
+inline std::map<std::string, std::string> metric_labels(std::string_view label) {
+  std::map<std::string, std::string> labels;
+  if (auto eq = label.find('='); eq != std::string_view::npos)
+    labels.emplace(std::string(label.substr(0, eq)), std::string(label.substr(eq + 1)));
+  return labels;
+}
+
 template <class Counters>
 void register_counters(Metrics& m, const Counters& counters) {
-  for_each_counter(counters, [&](std::string_view name, std::string_view label, std::string_view help,
-                                 uint64_t value) {
-    std::map<std::string, std::string> labels;
-    if (auto eq = label.find('='); eq != std::string_view::npos)
-      labels.emplace(std::string(label.substr(0, eq)), std::string(label.substr(eq + 1)));
-    m.counter(std::string(name), std::string(help), value, labels);
+  for_each_counter(counters, [&](std::string_view, std::string_view metric, std::string_view label,
+                                 std::string_view help, uint64_t value) {
+    m.counter(std::string(metric), std::string(help), value, metric_labels(label));
   });
+}
+
+template <class Gauges>
+void register_gauges(Metrics& m, const Gauges& gauges) {
+  for_each_gauge(gauges, [&](std::string_view, std::string_view metric, std::string_view label, std::string_view help,
+                             uint64_t value) { m.gauge(std::string(metric), std::string(help), double(value), metric_labels(label)); });
 }
 
 }  // namespace fluxon::actors

@@ -23,13 +23,7 @@ void export_metrics(MasterState& st) {
   if (!st.metrics) return;
   auto& m = *st.metrics;
   register_counters(m, st.core.counters());
-  m.gauge("fluxon_master_routes", "Live routes in the global route table", double(st.core.route_count()));
-  m.gauge("fluxon_master_owners", "Registered owners", double(st.core.owner_count()));
-  m.gauge("fluxon_master_replicas", "Replicas behind the live routes", double(st.core.replica_count()));
-  m.gauge("fluxon_master_inflight_gets", "Prepared remote gets (started, not done or revoked)",
-          double(st.core.inflight_get_count()));
-  m.gauge("fluxon_master_replica_tasks_queued", "Replica tasks waiting for a target owner",
-          double(st.core.replica_tasks_queued()));
+  register_gauges(m, st.core.stats());
   for (const auto& [node, n] : st.core.replica_targets())
     m.counter("fluxon_master_replica_targets_total", "Replica tasks handed to each target node", n,
               {{"node", std::to_string(node)}});

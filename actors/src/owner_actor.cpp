@@ -12,6 +12,7 @@
 #include "daemon_util.hpp"
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/core/owner_core.hpp"
+#include "fluxon/driver/owner_driver.hpp"
 #include "fluxon/runtime/metrics.hpp"
 #include "fluxon/runtime/segment.hpp"
 #include "fluxon/runtime/transport.hpp"
@@ -22,13 +23,14 @@ namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(10);
 
-// A queue served by worker threads of its own: the owner actor only pushes (P1). Work not started
-// when the queue is stopped is dropped; `stopping()` lets long work end early.
+// A bounded queue served by worker threads of its own: the owner actor only pushes (P1), and a
+// push past `capacity` is refused (the caller decides what that means). Work not started when the
+// queue is stopped is dropped; `stopping()` lets long work end early.
 template <class T>
 class Workers {
  public:
-  Workers(uint32_t threads, std::function<void(T&, const std::atomic<bool>& stopping)> work)
-      : work_(std::move(work)) {
+  Workers(uint32_t threads, size_t capacity, std::function<void(T&, const std::atomic<bool>& stopping)> work)
+      : work_(std::move(work)), capacity_(capacity) {
     for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) threads_.emplace_back([this] { run(); });
   }
   ~Workers() {
@@ -39,12 +41,14 @@ class Workers {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
-  void push(T item) {
+  bool push(T item) {
     {
       std::lock_guard<std::mutex> g(m_);
+      if (q_.size() >= capacity_) return false;
       q_.push_back(std::move(item));
     }
     cv_.notify_one();
+    return true;
   }
 
  private:
@@ -61,6 +65,7 @@ class Workers {
     }
   }
   std::function<void(T&, const std::atomic<bool>&)> work_;
+  size_t capacity_;
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<T> q_;
@@ -68,110 +73,105 @@ class Workers {
   std::vector<std::thread> threads_;
 };
 
+// Bounds of the actor's own queues.
+constexpr size_t kPopulateQueue = 4096;  // grants waiting to be faulted in (past it: first use faults them)
+constexpr size_t kFetchQueue = 65536;    // fetch batches waiting for a thread (past it: the batch fails)
+
 // Faults newly carved grants in: the reservation becomes real memory without stalling the owner
 // actor, and first writes by clients run at memory speed. In 4 MiB steps, so a stop is quick.
 std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> make_populator(std::shared_ptr<Segment> seg) {
   return std::make_unique<Workers<std::pair<uint64_t, uint64_t>>>(
-      1, [seg](std::pair<uint64_t, uint64_t>& r, const std::atomic<bool>& stopping) {
+      1, kPopulateQueue, [seg](std::pair<uint64_t, uint64_t>& r, const std::atomic<bool>& stopping) {
         for (uint64_t o = 0; o < r.second && !stopping; o += 4 << 20)
           seg->populate(r.first + o, std::min<uint64_t>(4 << 20, r.second - o));
       });
 }
 
+struct Fetch {
+  TransferBatch batch;
+  bool fail = false;  // an injected fault: the bytes come, the batch still fails
+};
+
 // Data-plane fetches, one peer batch per thread at a time; each finished batch is reported to the
 // owner actor (weakly held: it may have stopped).
-std::unique_ptr<Workers<TransferBatch>> make_fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner,
-                                                     uint32_t threads, uint32_t timeout_ms, double fail_odds,
-                                                     uint64_t seed) {
+std::unique_ptr<Workers<Fetch>> make_fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner, uint32_t threads,
+                                             uint32_t timeout_ms) {
   auto tcp = std::make_shared<TcpFetcher>(timeout_ms);
-  struct Faults {
-    std::mutex m;
-    std::mt19937_64 rng;
-  };
-  auto faults = std::make_shared<Faults>();
-  faults->rng.seed(seed ^ 0x5eed);
-  return std::make_unique<Workers<TransferBatch>>(
-      threads, [seg, owner, tcp, faults, fail_odds](TransferBatch& b, const std::atomic<bool>&) {
-        std::vector<ReadRange> ranges;
-        ranges.reserve(b.items.size());
-        Status st = Status::ok();
-        for (const auto& it : b.items) {
-          if (it.dst_offset > seg->size() || it.len > seg->size() - it.dst_offset) {
-            st = Status(Code::kInternal, "fetch target outside the segment");
-            break;
-          }
-          ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset});
-        }
-        if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges);
-        if (st.is_ok() && fail_odds > 0) {  // fault injection: the bytes came, the batch still fails
-          std::lock_guard<std::mutex> g(faults->m);
-          if (std::uniform_real_distribution<double>(0, 1)(faults->rng) < fail_odds)
-            st = Status(Code::kTimeout, "injected fetch failure");
-        }
-        if (auto a = caf::actor_cast<caf::actor>(owner))
-          caf::anon_send(a, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
-      });
+  return std::make_unique<Workers<Fetch>>(threads, kFetchQueue, [seg, owner, tcp](Fetch& f, const std::atomic<bool>&) {
+    const TransferBatch& b = f.batch;
+    std::vector<ReadRange> ranges;
+    ranges.reserve(b.items.size());
+    Status st = Status::ok();
+    for (const auto& it : b.items) {
+      if (it.dst_offset > seg->size() || it.len > seg->size() - it.dst_offset) {
+        st = Status(Code::kInternal, "fetch target outside the segment");
+        break;
+      }
+      ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset});
+    }
+    if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges);
+    if (st.is_ok() && f.fail) st = Status(Code::kTimeout, "injected fetch failure");
+    if (auto a = caf::actor_cast<caf::actor>(owner))
+      caf::anon_send(a, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
+  });
 }
+
+struct OwnerState;
+using Self = caf::stateful_actor<OwnerState>;
+
+// The actor's ports: CAF messages, the fetch threads and the populator.
+class ActorPorts : public OwnerPorts {
+ public:
+  explicit ActorPorts(Self* self) : self_(self) {}
+  void reply(uint64_t token, Envelope& env) override;
+  void note(uint64_t session, Envelope& env) override;
+  void to_master(uint64_t token, SharedBytes bytes, Millis delay) override;
+  void master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) override;
+  void fetch(TransferBatch batch, bool fail, Millis delay) override;
+  void populate(uint64_t offset, uint64_t len) override;
+  void flush_soon() override;
+
+ private:
+  Self* self_;
+};
 
 struct OwnerState {
   // Not an aggregate: CAF 0.17 constructs a state from the actor pointer when it can, and C++20's
   // parenthesized aggregate initialization would let a leading bool take that pointer (as true).
   OwnerState() = default;
-  OwnerConfig::FaultInjection faults;
+  FaultPlan fault_plan;
   std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
   std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> populator;
   std::shared_ptr<DataServer> data_server;  // after the segment: stops before it is unmapped
-  std::unique_ptr<Workers<TransferBatch>> fetcher;
+  std::unique_ptr<Workers<Fetch>> fetcher;
   std::unique_ptr<OwnerCore> core;
+  std::unique_ptr<ActorPorts> ports;
+  std::unique_ptr<OwnerDriver> driver;
   caf::actor master;
   std::string master_host;  // daemon mode: where to reconnect when the master goes away
   uint16_t master_port = 0;
   std::unordered_map<uint64_t, caf::response_promise> pending;   // client token -> promise
-  std::unordered_map<uint64_t, uint64_t> pending_session;        // client token -> session
   std::unordered_map<uint64_t, caf::actor> sessions;             // session -> its session actor
   std::map<caf::actor_addr, uint64_t> session_of;
-  uint64_t next_token = 1;
   uint32_t master_timeout_ms = 5000;
   bool reconnecting = false;
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
-  bool flush_queued = false;  // a flush_atom is in the mailbox (G9: leaders wait for it)
   static inline const char* name = "fluxon_owner";
 };
 
-using Self = caf::stateful_actor<OwnerState>;
 static_assert(!std::is_constructible_v<OwnerState, Self*>, "CAF would build the state from the actor pointer");
 
 void export_metrics(OwnerState& st) {
   if (!st.metrics) return;
   auto& m = *st.metrics;
-  auto s = st.core->stats();
-  const char* help = "Local reserve slots by state";
-  m.gauge("fluxon_owner_slots", help, double(s.slots_free), {{"state", "free"}});
-  m.gauge("fluxon_owner_slots", help, double(s.slots_prepared), {{"state", "prepared"}});
-  m.gauge("fluxon_owner_slots", help, double(s.slots_pending_local_visible), {{"state", "pending_local_visible"}});
-  m.gauge("fluxon_owner_slots", help, double(s.slots_pending), {{"state", "pending"}});
-  m.gauge("fluxon_owner_slots", help, double(s.slots_committed), {{"state", "committed"}});
-  m.gauge("fluxon_owner_grants", "Grants serving a slot class", double(s.grants));
-  m.gauge("fluxon_owner_active_put_plans", "Put plans not yet committed or aborted", double(s.active_put_plans));
-  m.gauge("fluxon_owner_active_get_handles", "Get handles not yet consumed", double(s.active_get_handles));
-  m.gauge("fluxon_owner_holders", "Exported holdings", double(s.holders));
-  m.gauge("fluxon_owner_routes", "Live master routes to this owner's slots", double(s.routes));
-  m.gauge("fluxon_owner_sessions", "Connected client sessions", double(s.sessions));
-  m.gauge("fluxon_owner_publish_jobs", "Publish and route-removal jobs in flight", double(s.publish_jobs));
-  m.gauge("fluxon_owner_writeback_jobs", "Owner-hot write-backs in flight", double(st.core->writebacks_pending()));
-  m.gauge("fluxon_owner_hot_bytes", "Bytes in the owner-hot tier", double(st.core->hot_bytes()));
+  register_gauges(m, st.core->stats());
   register_counters(m, st.core->counters());
-  m.gauge("fluxon_owner_eviction_debt_bytes", "Bytes selected for eviction whose removal is on its way",
-          double(st.core->eviction_debt_bytes()));
-  const char* fh = "Per-key remote get flights by phase (G7)";
-  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_starting), {{"phase", "starting"}});
-  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_started), {{"phase", "started"}});
-  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_finishing), {{"phase", "finishing"}});
-  m.gauge("fluxon_owner_get_flights", fh, double(s.flights_revoking), {{"phase", "revoking"}});
-  m.gauge("fluxon_owner_get_jobs", "BatchGetStart/Done/Revoke jobs awaiting the master", double(s.get_jobs));
-  m.gauge("fluxon_owner_pending_gets", "get_start requests waiting for the master", double(s.pending_gets));
+  st.driver->faults().for_each([&](std::string_view point, std::string_view fault, uint64_t n) {
+    m.counter("fluxon_owner_faults_injected_total", "Faults injected at a fault point (fault_injection)", n,
+              {{"point", std::string(point)}, {"fault", std::string(fault)}});
+  });
   if (st.data_server) {
     m.counter("fluxon_owner_data_served_bytes_total", "Bytes this owner served to peers",
               st.data_server->bytes_served());
@@ -182,88 +182,68 @@ void export_metrics(OwnerState& st) {
   }
 }
 
-void flush(Self* self, Outbox& out);
-
-void request_master(Self* self, uint64_t token, Blob blob);
-
-void send_to_master(Self* self, uint64_t token, const Envelope& env) {
-  auto& st = self->state;
-  if (!st.master) return;  // disconnected: the job re-sends from tick() once the master is back
-  if (st.faults.enabled()) {
-    std::uniform_real_distribution<double> u(0, 1);
-    if (u(st.fault_rng) < st.faults.drop) return;  // lost: the core re-sends with the same identity
-    const int copies = u(st.fault_rng) < st.faults.duplicate ? 2 : 1;
-    for (int i = 0; i < copies; ++i) {
-      const auto delay = std::chrono::milliseconds(st.faults.max_delay_ms ? st.fault_rng() % (st.faults.max_delay_ms + 1) : 0);
-      self->delayed_send(self, delay, delayed_atom::value, token, Blob{encode(env)});
-    }
-    return;
-  }
-  request_master(self, token, Blob{encode(env)});
-}
-
 void request_master(Self* self, uint64_t token, Blob blob) {
   auto& st = self->state;
-  if (!st.master) return;
+  if (!st.master) return;  // disconnected: the job re-sends from its timer once the master is back
   st.master_timeout_ms = std::max<uint32_t>(st.master_timeout_ms, 1);
   self->request(st.master, std::chrono::milliseconds(st.master_timeout_ms), std::move(blob))
-      .then(
-          [=](Blob& rep) {
-            auto env = decode(rep.bytes);
-            if (!env.ok()) return self->state.core->on_master_failure(token);
-            Outbox out;
-            self->state.core->on_master_reply(token, **env, now_ms(), out);
-            flush(self, out);
-          },
-          [=](caf::error&) { self->state.core->on_master_failure(token); });
+      .then([=](Blob& rep) { self->state.driver->master_replied(token, std::make_shared<const Bytes>(std::move(rep.bytes))); },
+            [=](caf::error&) { self->state.driver->master_failed(token); });
 }
 
-void flush(Self* self, Outbox& out) {
-  auto& st = self->state;
-  for (auto range : st.core->take_new_grant_ranges()) st.populator->push(range);
-  for (auto& o : out) {
-    switch (o.kind) {
-      case OwnerOut::Kind::kReply: {
-        auto it = st.pending.find(o.token);
-        if (it == st.pending.end()) break;
-        if (auto* hello = o.env.body.AsHelloReply()) {
-          // The Hello came from the client's session actor: notes for this session go there.
-          auto sender = caf::actor_cast<caf::actor>(it->second.source());
-          if (sender) {
-            st.sessions[hello->session_id] = sender;
-            st.session_of[sender.address()] = hello->session_id;
-            self->monitor(sender);
-          }
-        }
-        it->second.deliver(Blob{encode(o.env)});
-        st.pending.erase(it);
-        st.pending_session.erase(o.token);
-        break;
-      }
-      case OwnerOut::Kind::kNote: {
-        auto it = st.sessions.find(o.session);
-        if (it != st.sessions.end()) self->send(it->second, Note{encode(o.env)});
-        break;
-      }
-      case OwnerOut::Kind::kMaster:
-        send_to_master(self, o.token, o.env);
-        break;
-      case OwnerOut::Kind::kTransfer:
-        st.fetcher->push(std::move(o.transfer));
-        break;
+void ActorPorts::reply(uint64_t token, Envelope& env) {
+  auto& st = self_->state;
+  auto it = st.pending.find(token);
+  if (it == st.pending.end()) return;
+  if (auto* hello = env.body.AsHelloReply()) {
+    // The Hello came from the client's session actor: notes for this session go there.
+    auto sender = caf::actor_cast<caf::actor>(it->second.source());
+    if (sender) {
+      st.sessions[hello->session_id] = sender;
+      st.session_of[sender.address()] = hello->session_id;
+      self_->monitor(sender);
     }
   }
-  out.clear();
+  it->second.deliver(Blob{encode(env)});
+  st.pending.erase(it);
 }
 
-void master_up(Self* self, caf::actor m) {
+void ActorPorts::note(uint64_t session, Envelope& env) {
+  auto& st = self_->state;
+  auto it = st.sessions.find(session);
+  if (it != st.sessions.end()) self_->send(it->second, Note{encode(env)});
+}
+
+void ActorPorts::to_master(uint64_t token, SharedBytes bytes, Millis delay) {
+  if (delay > 0) self_->delayed_send(self_, std::chrono::milliseconds(delay), delayed_atom::value, token, Blob{*bytes});
+  else request_master(self_, token, Blob{*bytes});
+}
+
+void ActorPorts::master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) {
+  if (delay > 0) self_->delayed_send(self_, std::chrono::milliseconds(delay), mreply_atom::value, token, Blob{*bytes});
+  else self_->state.driver->on_master_reply(token, *bytes, now_ms());
+}
+
+void ActorPorts::fetch(TransferBatch batch, bool fail, Millis) {
+  const uint64_t id = batch.id;
+  if (self_->state.fetcher->push(Fetch{std::move(batch), fail})) return;
+  // The queue is at its bound: this batch fails now (its keys are misses, nothing waits forever).
+  self_->send(self_, fetched_atom::value, id, uint8_t(Code::kTimeout),
+              std::string("fetch queue full (") + std::to_string(kFetchQueue) + " batches)");
+}
+
+void ActorPorts::populate(uint64_t offset, uint64_t len) {
+  (void)self_->state.populator->push({offset, len});  // full: the first use faults the pages in
+}
+
+void ActorPorts::flush_soon() { self_->send(self_, flush_atom::value); }
+
+void master_up(Self* self, caf::actor m, bool reconnected) {
   auto& st = self->state;
   st.reconnecting = false;
   st.master = m;
   self->monitor(m);
-  Outbox out;
-  st.core->on_master_reconnected(now_ms(), out);
-  flush(self, out);
+  st.driver->master_up(now_ms(), reconnected);
 }
 
 // Asks the middleman to connect (no blocking call, no thread); retries every 200 ms.
@@ -273,7 +253,7 @@ void try_connect(Self* self) {
   self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, st.master_host, st.master_port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            if (ptr) return master_up(self, caf::actor_cast<caf::actor>(ptr));
+            if (ptr) return master_up(self, caf::actor_cast<caf::actor>(ptr), /*reconnected=*/true);
             self->delayed_send(self, std::chrono::milliseconds(200), reconnect_atom::value);
           },
           [=](caf::error&) { self->delayed_send(self, std::chrono::milliseconds(200), reconnect_atom::value); });
@@ -297,20 +277,22 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.populator = make_populator(st.segment);
   // The fetch threads go before the data server and the segment (state members die in reverse).
   st.data_server = std::move(data);
-  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms,
-                            ocfg.fault_injection.fetch_fail, ocfg.fault_injection.seed);
+  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
   st.master = master;
   st.master_host = std::move(master_host);
   st.master_port = master_port;
   st.master_timeout_ms = ocfg.master_rpc_timeout_ms;
-  st.faults = ocfg.fault_injection;
-  st.fault_rng.seed(st.faults.seed);
-  if (st.faults.enabled() || st.faults.fetch_fail > 0)
+  const auto& fi = ocfg.fault_injection;
+  st.fault_plan.master_request = LinkFaults{fi.drop, fi.duplicate, 0, fi.max_delay_ms};
+  st.fault_plan.fetch = LinkFaults{fi.fetch_fail, 0, 0, 0};
+  st.fault_rng.seed(fi.seed);
+  st.ports = std::make_unique<ActorPorts>(self);
+  st.driver = std::make_unique<OwnerDriver>(*st.core, *st.ports, &st.fault_plan, &st.fault_rng);
+  if (st.driver->faults().any())
     std::fprintf(stderr,
                  "fluxon owner: fault injection: seed=%llu master requests drop=%.2f duplicate=%.2f delay<=%u ms; "
                  "fetches fail=%.2f\n",
-                 (unsigned long long)st.faults.seed, st.faults.drop, st.faults.duplicate, st.faults.max_delay_ms,
-                 st.faults.fetch_fail);
+                 (unsigned long long)fi.seed, fi.drop, fi.duplicate, fi.max_delay_ms, fi.fetch_fail);
   if (metrics && ocfg.metrics_port != 0) {
     try {
       st.metrics = std::make_unique<Metrics>(ocfg.listen_host, ocfg.metrics_port);
@@ -318,18 +300,13 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
       std::fprintf(stderr, "fluxon owner: metrics on port %u disabled: %s\n", ocfg.metrics_port, e.what());
     }
   }
-  if (st.master) {
-    self->monitor(st.master);
-    Outbox out;
-    st.core->start(now_ms(), out);
-    flush(self, out);
-  } else {
-    start_reconnect(self);
-  }
+  if (st.master) master_up(self, st.master, /*reconnected=*/false);
+  else start_reconnect(self);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.master && dm.source == st.master.address()) {
       st.master = caf::actor{};
+      st.driver->master_down();
       start_reconnect(self);
       return;
     }
@@ -339,17 +316,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
     st.session_of.erase(it);
     st.sessions.erase(session);
     // Waiting requests of a dead session are never answered.
-    for (auto p = st.pending_session.begin(); p != st.pending_session.end();) {
-      if (p->second == session) {
-        st.pending.erase(p->first);
-        p = st.pending_session.erase(p);
-      } else {
-        ++p;
-      }
-    }
-    Outbox out;
-    st.core->close_session(session, out);
-    flush(self, out);
+    for (uint64_t token : st.driver->close_session(session, now_ms())) st.pending.erase(token);
   });
   self->send(self, tick_atom::value);
   return {
@@ -359,53 +326,31 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         auto env = decode(req.bytes);
         if (!env.ok()) {
           // Malformed or truncated: an error reply, and the daemon carries on.
-          Outbox out;
-          Envelope bad = error_envelope(env.status());
-          rp.deliver(Blob{encode(bad)});
+          rp.deliver(Blob{encode(error_envelope(env.status()))});
           return rp;
         }
-        const uint64_t token = st.next_token++;
+        const uint64_t token = st.driver->begin_request((*env)->session_id);
         st.pending.emplace(token, rp);
-        st.pending_session.emplace(token, (*env)->session_id);
-        Outbox out;
-        st.core->on_client_request(token, **env, now_ms(), out);
-        flush(self, out);
-        if (st.core->gets_to_flush() && !st.flush_queued) {
-          // G9: the leaders of every get_start already in the mailbox join this BatchGetStart;
-          // the flush message queues behind them and adds no wait of its own.
-          st.flush_queued = true;
-          self->send(self, flush_atom::value);
-        }
+        st.driver->on_client_request(token, **env, now_ms());
         return rp;
       },
       [=](Note& n) {
         auto env = decode(n.bytes);
-        if (!env.ok()) return;  // one-way: nobody to answer; counted by the core below
-        Outbox out;
-        self->state.core->on_client_note(**env, now_ms(), out);
-        flush(self, out);
+        if (!env.ok()) return;  // one-way: nobody to answer
+        self->state.driver->on_client_note(**env, now_ms());
       },
       [=](delayed_atom, uint64_t token, Blob& blob) { request_master(self, token, std::move(blob)); },
+      [=](mreply_atom, uint64_t token, Blob& blob) { self->state.driver->on_master_reply(token, blob.bytes, now_ms()); },
       [=](fetched_atom, uint64_t id, uint8_t code, const std::string& msg) {
-        Outbox out;
         Status result = code == 0 ? Status::ok() : Status(static_cast<Code>(code), msg);
-        self->state.core->on_transfer_done(id, result, now_ms(), out);
-        flush(self, out);
+        self->state.driver->on_transfer_done(id, result, now_ms());
       },
       [=](reconnect_atom) { try_connect(self); },
-      [=](flush_atom) {
-        auto& st = self->state;
-        st.flush_queued = false;
-        Outbox out;
-        st.core->flush_gets(now_ms(), out);
-        flush(self, out);
-      },
+      [=](flush_atom) { self->state.driver->flush(now_ms()); },
       [=](tick_atom) {
         auto& st = self->state;
-        Outbox out;
         const int64_t now = now_ms();
-        st.core->tick(now, out);
-        flush(self, out);
+        st.driver->tick(now);
         if (now - st.last_metrics >= 1000) {
           st.last_metrics = now;
           export_metrics(st);

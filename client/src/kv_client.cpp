@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "fluxon/core/stat_values.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/segment.hpp"
 
@@ -663,19 +664,8 @@ Result<std::map<std::string, uint64_t>> KvClient::stats() {
   if (!r.ok()) return r.status();
   auto* s = (*r)->body.AsStatsReply();
   if (!s) return Status(Code::kInternal, "stats: malformed reply");
-  std::map<std::string, uint64_t> m;
-  m["slots_free"] = s->slots_free;
-  m["slots_prepared"] = s->slots_prepared;
-  m["slots_pending_local_visible"] = s->slots_pending_local_visible;
-  m["slots_pending"] = s->slots_pending;
-  m["slots_committed"] = s->slots_committed;
-  m["grants"] = s->grants;
-  m["holders"] = s->holders;
-  m["routes"] = s->routes;
-  m["owner_active_put_plans"] = s->active_put_plans;
-  m["owner_active_get_handles"] = s->active_get_handles;
-  m["owner_sessions"] = s->sessions;
-  m["publish_jobs"] = s->publish_jobs;
+  // The owner's gauges and counters as it declares them; then this client's own.
+  std::map<std::string, uint64_t> m = stat_map(s->values);
   m["generation"] = (*c)->generation;
   std::lock_guard<std::mutex> g(impl_->m);
   uint64_t put = 0, read = 0;
@@ -711,24 +701,7 @@ Result<std::map<std::string, uint64_t>> KvClient::master_stats() {
   if (!r.ok()) return r.status();
   auto* s = (*r)->body.AsMasterStatsReply();
   if (!s) return Status(Code::kInternal, "master_stats: malformed reply");
-  return std::map<std::string, uint64_t>{{"routes", s->routes},
-                                         {"owners", s->owners},
-                                         {"replicas", s->replicas},
-                                         {"inflight_gets", s->inflight_gets},
-                                         {"put_done_total", s->put_done_total},
-                                         {"get_started_total", s->get_started_total},
-                                         {"get_done_total", s->get_done_total},
-                                         {"get_revoked_total", s->get_revoked_total},
-                                         {"remove_busy_total", s->remove_busy_total},
-                                         {"replica_tasks_queued", s->replica_tasks_queued},
-                                         {"replica_tasks_assigned_total", s->replica_tasks_assigned_total},
-                                         {"replica_tasks_no_target_total", s->replica_tasks_no_target_total},
-                                         {"removed_with_copies_left_total", s->removed_with_copies_left_total},
-                                         {"removed_last_copy_total", s->removed_last_copy_total},
-                                         {"writeback_tasks_total", s->writeback_tasks_total},
-                                         {"writeback_backed_total", s->writeback_backed_total},
-                                         {"demoted_keys_total", s->demoted_keys_total},
-                                         {"demote_kept_total", s->demote_kept_total}};
+  return stat_map(s->values);
 }
 
 Result<uint64_t> KvClient::master_route_count() {
@@ -739,7 +712,7 @@ Result<uint64_t> KvClient::master_route_count() {
   if (!r.ok()) return r.status();
   auto* s = (*r)->body.AsMasterStatsReply();
   if (!s) return envelope_status(**r);
-  return s->routes;
+  return stat_map(s->values)["routes"];
 }
 
 }  // namespace fluxon

@@ -306,7 +306,7 @@ def test_master_restart_owner_resyncs_and_puts_complete(tmp_path):
         cl.stop()
 
 
-def test_t1_with_real_processes_under_dropped_duplicated_delayed_master_requests(tmp_path):
+def test_t1_fault_points_with_real_processes_under_dropped_duplicated_delayed_master_requests(tmp_path):
     """The owner drops, duplicates and delays its PutDone/RemoveRoutes requests (seeded): every
     batch still ends with one route and one slot per key, and every future completes once."""
     cl = Cluster(tmp_path, f"fi{free_port()}", metrics=True, owner_extra=(
@@ -335,10 +335,25 @@ def test_t1_with_real_processes_under_dropped_duplicated_delayed_master_requests
         assert "fluxon_master_routes 160" in scrape(cl.metrics_port)
         owner = scrape(cl.owner_metrics[0])
         assert "fluxon_owner_publish_retry_total 0" not in owner  # the faults did bite
+        # The fault point the simulation drives (tests/sim/driver_test.cpp) fired here, counted by name.
+        fired = {f: _labelled(owner, "fluxon_owner_faults_injected_total", point="master_request", fault=f)
+                 for f in ("dropped", "duplicated", "delayed")}
+        assert all(n > 0 for n in fired.values()), fired
         c.close()
     finally:
         cl.stop()
     assert "fault injection: seed=7 master requests drop=0.40" in (tmp_path / "owner-1.log").read_text()
+
+
+def _labelled(text, name, **labels):
+    """The value of sample `name` whose labels include `labels`, from a Prometheus text page."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        got = dict(kv.split("=", 1) for kv in line[len(name) + 1:line.index("}")].split(","))
+        if all(got.get(k) == f'"{v}"' for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}{labels} not in the page")
 
 
 def _sample(port, name):

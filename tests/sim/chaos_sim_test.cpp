@@ -132,8 +132,8 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     c.data = {0.1, 0, 1, 5};
     for (int i = 0; i < 2500; ++i) w.step();
     // Faults off; let every retry and timer run out.
-    c.to_master = c.from_master = {};
-    c.data = {};
+    c.to_master = c.from_master = sim::kQuietLink;
+    c.data = sim::kQuietLink;
     for (int o : {0, 1}) c.close_session(o, w.sessions[o]);
     REQUIRE(c.run_until([&] {
       for (int o : {0, 1, 2}) {

@@ -76,8 +76,8 @@ TEST_CASE("T1: lost and duplicated PutDone requests/replies converge to one rout
     const uint64_t s = c.open_session(0);
     for (int b = 0; b < 10; ++b) put_commit(c, 0, s, keys_of("t1-" + std::to_string(b) + "-", 16), {8, 8});
     REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 160; }, 60000));
-    c.to_master = {};
-    c.from_master = {};
+    c.to_master = sim::kQuietLink;
+    c.from_master = sim::kQuietLink;
     c.run_for(500);
     CHECK(c.master().route_count() == 160);
     auto st = c.owner(0).stats();
@@ -188,7 +188,7 @@ TEST_CASE("S2 across a master restart: a key removed while its re-publication is
   c.owner(0).remove_key("gone", c.now(), out);
   CHECK(out.empty());  // waits for the re-publication's outcome
   REQUIRE(c.run_until([&] { return c.owner(0).stats().publish_jobs == 0; }, 30000));
-  c.to_master = {};
+  c.to_master = sim::kQuietLink;
   c.run_for(500);  // late duplicates land
   CHECK(c.master().route_count() == 1);
   CHECK(c.master().route_put_id("gone") == 0);

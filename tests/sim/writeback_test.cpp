@@ -237,7 +237,7 @@ TEST_CASE("T1: owner-hot write-back under lost, duplicated and delayed master me
       }
     }
     REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0; }, 120000));
-    c.to_master = c.from_master = {};
+    c.to_master = c.from_master = sim::kQuietLink;
     c.data.drop = 0;
     c.run_for(2000);
     const auto& oc = c.owner(0).counters();
@@ -283,4 +283,59 @@ TEST_CASE("owner-hot write-back: a TP cohort (the same group of every rank) is w
   }
   CHECK(gone > 0);
   CHECK(c.owner(0).counters().demoted_keys_total == uint64_t(gone) * 8);
+}
+
+namespace {
+Envelope m_get(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, bool revoke) {
+  auto items = [&](auto& msg) {
+    msg.node_id = node;
+    msg.generation = 1;
+    msg.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, key, get_id}));
+  };
+  if (revoke) {
+    wire::BatchGetRevokeT rv;
+    items(rv);
+    return m.handle(make_envelope(std::move(rv)));
+  }
+  wire::BatchGetStartT g;
+  items(g);
+  return m.handle(make_envelope(std::move(g)));
+}
+}  // namespace
+
+TEST_CASE("T1 G6: a get id is answered once - a late duplicate of an ended or refused BatchGetStart starts nothing, no get is orphaned") {
+  MasterCore m;
+  w_register(m, 1, "sglang_owner");
+  w_register(m, 4, "sglang_owner");
+  w_put(m, 1, 7, "a");
+  using S = wire::GetStartStatus;
+  // The owner's BatchGetStart went out twice (a duplicate, delayed): the first is answered, the
+  // owner's flight has no reader left and is revoked, then the duplicate arrives.
+  CHECK(m_get(m, 4, "a", 10, false).body.AsBatchGetStartReply()->items[0]->status == S::Started);
+  CHECK(m_get(m, 4, "a", 10, false).body.AsBatchGetStartReply()->items[0]->status == S::Started);  // T1: same answer
+  CHECK(m_get(m, 4, "a", 10, true).body.AsBatchGetRevokeReply()->known[0]);
+  CHECK(m_get(m, 4, "a", 10, false).body.AsBatchGetStartReply()->items[0]->status == S::Miss);
+  CHECK(m.inflight_get_count() == 0);  // nothing fences node 1's copy of "a" now
+  // A later get of the same key (a newer flight: a higher id) starts as usual.
+  CHECK(m_get(m, 4, "a", 11, false).body.AsBatchGetStartReply()->items[0]->status == S::Started);
+  CHECK(m.inflight_get_count() == 1);
+  // An answer that starts nothing is final too: a Busy get (an older one of the key reads) whose
+  // duplicate arrives after the older one ended does not start then.
+  CHECK(m_get(m, 4, "a", 12, false).body.AsBatchGetStartReply()->items[0]->status == S::Busy);
+  CHECK(m_get(m, 4, "a", 11, true).body.AsBatchGetRevokeReply()->known[0]);
+  CHECK(m_get(m, 4, "a", 12, false).body.AsBatchGetStartReply()->items[0]->status == S::Miss);
+  CHECK(m.inflight_get_count() == 0);
+  CHECK(m_get(m, 4, "a", 13, false).body.AsBatchGetStartReply()->items[0]->status == S::Started);
+  CHECK(m.inflight_get_count() == 1);
+  // The requester restarts (ids start again at 1): its new gets start.
+  wire::RegisterOwnerT r;
+  r.node_id = 4;
+  r.generation = 2;
+  r.role = "sglang_owner";
+  m.handle(make_envelope(std::move(r)));
+  wire::BatchGetStartT g;
+  g.node_id = 4;
+  g.generation = 2;
+  g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, "a", 1}));
+  CHECK(m.handle(make_envelope(std::move(g))).body.AsBatchGetStartReply()->items[0]->status == S::Started);
 }

@@ -330,7 +330,7 @@ GetFlights::JobSettled GetFlights::on_job_reply(uint64_t token, Envelope& reply,
   return settled;
 }
 
-void GetFlights::fill_stats(wire::StatsReplyT& r) const {
+void GetFlights::fill_stats(OwnerStats& r) const {
   r.active_get_handles = handles_.size();
   for (const auto& [id, f] : flights_) {
     if (f.phase == Phase::kStarting) r.flights_starting++;

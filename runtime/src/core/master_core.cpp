@@ -1,5 +1,7 @@
 #include "fluxon/core/master_core.hpp"
 
+#include "fluxon/core/stat_values.hpp"
+
 #include <algorithm>
 
 namespace fluxon {
@@ -60,7 +62,15 @@ bool MasterCore::fenced(const std::string& key, uint32_t node_id) const {
 void MasterCore::end_get(std::map<GetKey, GetFlight>::iterator it) {
   auto f = reads_.find({it->first.first, it->second.source_node});
   if (f != reads_.end() && --f->second == 0) reads_.erase(f);
+  note_ended(it->first, it->second.get_id);
   gets_.erase(it);
+}
+
+void MasterCore::note_ended(const GetKey& gk, uint64_t get_id) {
+  EndedGet& e = ended_gets_[gk];
+  e.get_id = std::max(e.get_id, get_id);
+  e.expires = now_ + get_ttl_ms_;
+  ended_order_.emplace_back(e.expires, gk);
 }
 
 uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
@@ -82,6 +92,8 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
       if (it->first.second == node_id) end_get(it);
       it = next;
     }
+    // The new generation numbers its gets from the start again.
+    std::erase_if(ended_gets_, [node_id](const auto& e) { return e.first.second == node_id; });
   }
   o.generation = generation;
   counters_.owners_registered_total++;
@@ -90,6 +102,11 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
 
 void MasterCore::tick(Millis now) {
   now_ = now;
+  while (!ended_order_.empty() && ended_order_.front().first <= now) {
+    auto e = ended_gets_.find(ended_order_.front().second);
+    if (e != ended_gets_.end() && e->second.expires == ended_order_.front().first) ended_gets_.erase(e);
+    ended_order_.pop_front();
+  }
   while (!tombstone_order_.empty() && tombstone_order_.front().first <= now) {
     auto t = tombstones_.find(tombstone_order_.front().second);
     // Only the tombstone this entry was queued for: a newer one of the key keeps its own expiry.
@@ -226,54 +243,59 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
       continue;
     }
     const GetKey gk{item->key, req.node_id};
-    auto route = routes_.find(item->key);
-    auto g = gets_.find(gk);
-    if (g != gets_.end()) {
-      Replica* src = route == routes_.end() ? nullptr : find_replica(route->second, g->second.source_node);
-      if (g->second.get_id == item->get_id && src && route->second.ver == g->second.ver) {
-        fill(route->second, *src);  // T1: the same get again, the same answer
-      } else if (g->second.get_id == item->get_id) {
+    // Decides this item: Started (a prepared get, kept until it ends), or not — and a get id
+    // answered "not started" is ended for good: a late duplicate of it never starts (T1).
+    [&] {
+      auto route = routes_.find(item->key);
+      auto g = gets_.find(gk);
+      if (g != gets_.end() && g->second.get_id == item->get_id) {
+        Replica* src = route == routes_.end() ? nullptr : find_replica(route->second, g->second.source_node);
+        if (src && route->second.ver == g->second.ver) return fill(route->second, *src);  // T1: the same answer
         end_get(g);  // its source is gone: a miss now
         s->status = wire::GetStartStatus::Miss;
         counters_.get_miss_total++;
-      } else {
+        return;
+      }
+      if (auto e = ended_gets_.find(gk); e != ended_gets_.end() && item->get_id <= e->second.get_id) {
+        s->status = wire::GetStartStatus::Miss;  // T1: a late duplicate of a get that ended
+        counters_.get_start_stale_total++;
+        return;
+      }
+      if (g != gets_.end()) {
         s->status = wire::GetStartStatus::Busy;  // G6: one prepared get per (key, requester)
         counters_.get_busy_total++;
+        return;
       }
-      rep.items.push_back(std::move(s));
-      continue;
-    }
-    if (route == routes_.end()) {
-      s->status = wire::GetStartStatus::Miss;
-      counters_.get_miss_total++;
-      rep.items.push_back(std::move(s));
-      continue;
-    }
-    Route& r = route->second;
-    if (Replica* mine = find_replica(r, req.node_id); mine && mine->generation == req.generation) {
-      s->status = wire::GetStartStatus::AlreadyLocal;
-      rep.items.push_back(std::move(s));
-      continue;
-    }
-    // The source: the replica with the fewest reads in flight.
-    const Replica* best = nullptr;
-    uint32_t best_reads = 0;
-    for (const auto& x : r.replicas) {
-      if (x.node_id == req.node_id) continue;
-      auto f = reads_.find({item->key, x.node_id});
-      const uint32_t n = f == reads_.end() ? 0 : f->second;
-      if (!best || n < best_reads) best = &x, best_reads = n;
-    }
-    if (!best) {
-      s->status = wire::GetStartStatus::Miss;
-      counters_.get_miss_total++;
-      rep.items.push_back(std::move(s));
-      continue;
-    }
-    gets_.emplace(gk, GetFlight{item->get_id, req.generation, best->node_id, r.ver, now + get_ttl_ms_});
-    reads_[{item->key, best->node_id}]++;
-    counters_.get_started_total++;
-    fill(r, *best);
+      if (route == routes_.end()) {
+        s->status = wire::GetStartStatus::Miss;
+        counters_.get_miss_total++;
+        return;
+      }
+      Route& r = route->second;
+      if (Replica* mine = find_replica(r, req.node_id); mine && mine->generation == req.generation) {
+        s->status = wire::GetStartStatus::AlreadyLocal;
+        return;
+      }
+      // The source: the replica with the fewest reads in flight.
+      const Replica* best = nullptr;
+      uint32_t best_reads = 0;
+      for (const auto& x : r.replicas) {
+        if (x.node_id == req.node_id) continue;
+        auto f = reads_.find({item->key, x.node_id});
+        const uint32_t n = f == reads_.end() ? 0 : f->second;
+        if (!best || n < best_reads) best = &x, best_reads = n;
+      }
+      if (!best) {
+        s->status = wire::GetStartStatus::Miss;
+        counters_.get_miss_total++;
+        return;
+      }
+      gets_.emplace(gk, GetFlight{item->get_id, req.generation, best->node_id, r.ver, now + get_ttl_ms_});
+      reads_[{item->key, best->node_id}]++;
+      counters_.get_started_total++;
+      fill(r, *best);
+    }();
+    if (s->status != wire::GetStartStatus::Started) note_ended(gk, item->get_id);
     rep.items.push_back(std::move(s));
   }
   return make_envelope(std::move(rep));
@@ -547,26 +569,7 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   }
   if (req.body.AsMasterStatsReq()) {
     wire::MasterStatsReplyT rep;
-    rep.routes = routes_.size();
-    rep.owners = owners_.size();
-    rep.put_done_total = counters_.put_done_total;
-    rep.put_done_duplicate_total = counters_.put_done_duplicate_total;
-    rep.lookups_total = counters_.lookups_total;
-    rep.replicas = replicas_;
-    rep.inflight_gets = gets_.size();
-    rep.get_started_total = counters_.get_started_total;
-    rep.get_done_total = counters_.get_done_total;
-    rep.get_revoked_total = counters_.get_revoked_total;
-    rep.remove_busy_total = counters_.remove_busy_total;
-    rep.replica_tasks_queued = replica_queue_.size();
-    rep.replica_tasks_assigned_total = counters_.replica_tasks_assigned_total;
-    rep.replica_tasks_no_target_total = counters_.replica_tasks_no_target_total;
-    rep.removed_with_copies_left_total = counters_.removed_with_copies_left_total;
-    rep.removed_last_copy_total = counters_.removed_last_copy_total;
-    rep.writeback_tasks_total = counters_.writeback_tasks_total;
-    rep.writeback_backed_total = counters_.writeback_backed_total;
-    rep.demoted_keys_total = counters_.demoted_keys_total;
-    rep.demote_kept_total = counters_.demote_kept_total;
+    rep.values = stat_values(stats(), counters_);
     return make_envelope(std::move(rep));
   }
   if (auto* w = req.body.AsWriteBack()) return write_back(*w, now_);
@@ -575,6 +578,20 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   counters_.errors_total++;
   counters_.malformed_total++;
   return error_envelope(Status(Code::kMalformedMessage, std::string("master: unexpected message ") + body_name(req)));
+}
+
+}  // namespace fluxon
+
+namespace fluxon {
+
+MasterStats MasterCore::stats() const {
+  MasterStats s;
+  s.routes = routes_.size();
+  s.owners = owners_.size();
+  s.replicas = replicas_;
+  s.inflight_gets = gets_.size();
+  s.replica_tasks_queued = replica_queue_.size();
+  return s;
 }
 
 }  // namespace fluxon

@@ -2,6 +2,8 @@
 // component is handed on here, in the order the step produced it.
 #include "fluxon/core/owner_core.hpp"
 
+#include "fluxon/core/stat_values.hpp"
+
 namespace fluxon {
 
 OwnerCore::OwnerCore(const OwnerCoreConfig& cfg, uint64_t generation, std::string segment_name, uint64_t segment_len)
@@ -67,7 +69,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
     return s_.reply(sid, token, make_envelope(std::move(r)), out);
   }
   if (auto* p = req.body.AsPing()) return s_.reply(session, token, make_envelope(wire::PongT{{}, p->seq}), out);
-  if (req.body.AsStatsReq()) return s_.reply(session, token, make_envelope(stats()), out);
+  if (req.body.AsStatsReq()) return s_.reply(session, token, make_envelope(stats_reply()), out);
   // Identity first: a caller holding an old generation never touches this owner's memory.
   if (req.generation != 0 && req.generation != s_.generation)
     return s_.reply_error(session, token,
@@ -361,9 +363,9 @@ int OwnerCore::local_state(const std::string& key) const {
   return it->second.live ? 2 : 1;
 }
 
-wire::StatsReplyT OwnerCore::stats() const {
+OwnerStats OwnerCore::stats() const {
   auto c = s_.pool.counts();
-  wire::StatsReplyT r;
+  OwnerStats r;
   r.slots_free = c.free;
   r.slots_prepared = c.prepared;
   r.slots_pending_local_visible = c.pending_local_visible;
@@ -375,7 +377,16 @@ wire::StatsReplyT OwnerCore::stats() const {
   r.routes = s_.live_routes;
   r.sessions = s_.sessions.size();
   r.publish_jobs = put_.publish_jobs() + removal_.size();
+  r.writeback_jobs = writeback_.pending();
+  r.hot_bytes = hot_bytes();
+  r.eviction_debt_bytes = eviction_.debt_bytes();
   gets_.fill_stats(r);
+  return r;
+}
+
+wire::StatsReplyT OwnerCore::stats_reply() const {
+  wire::StatsReplyT r;
+  r.values = stat_values(stats(), s_.counters);
   return r;
 }
 

@@ -79,7 +79,7 @@ class GetFlights {
   Phase phase(uint64_t flight_id) const;
   void drop_interest(uint64_t flight_id, Millis now, Outbox& out);
 
-  void fill_stats(wire::StatsReplyT& r) const;
+  void fill_stats(OwnerStats& r) const;
   size_t handles() const { return handles_.size(); }
 
  private:

@@ -42,6 +42,7 @@ class MasterCore {
   // Expires inflight gets older than the TTL: their fences go, their requesters' slots stay theirs.
   void tick(Millis now);
 
+  MasterStats stats() const;  // the gauges (with counters(): the stats reply and /metrics)
   size_t route_count() const { return routes_.size(); }
   size_t replica_count() const { return replicas_; }
   size_t owner_count() const { return owners_.size(); }
@@ -97,6 +98,18 @@ class MasterCore {
   // Removes node's replica of key; the route goes with its last replica. Returns true if removed.
   bool drop_replica(const std::string& key, uint32_t node_id, bool tombstone);
   void end_get(std::map<GetKey, GetFlight>::iterator it);
+  // T1: a get id is answered once. A get that ended (done, revoked, expired) or was answered "not
+  // started" (busy, miss) stays ended: get ids grow per requester generation, so a BatchGetStart
+  // for an id at or below the last ended one of its (key, requester) is a late duplicate, answered
+  // Miss, and nothing starts (or its fence would be held until the TTL by a get its owner forgot).
+  // Kept for the get TTL; a new generation clears its own.
+  struct EndedGet {
+    uint64_t get_id = 0;
+    Millis expires = 0;
+  };
+  void note_ended(const GetKey& gk, uint64_t get_id);
+  std::map<GetKey, EndedGet> ended_gets_;
+  std::deque<std::pair<Millis, GetKey>> ended_order_;
   bool fenced(const std::string& key, uint32_t node_id) const;
 
   Envelope put_done(const wire::PutDoneT& pd);

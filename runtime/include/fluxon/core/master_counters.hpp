@@ -18,6 +18,7 @@
   X(get_start_keys_total, "fluxon_master_get_start_keys_total", "", "Keys asked by BatchGetStart") \
   X(get_started_total, "fluxon_master_get_started_total", "", "Remote gets started (a source replica fenced)") \
   X(get_miss_total, "fluxon_master_get_miss_total", "", "BatchGetStart keys without a route") \
+  X(get_start_stale_total, "fluxon_master_get_start_stale_total", "", "BatchGetStart keys of a get that ended already (a late duplicate: T1)") \
   X(get_busy_total, "fluxon_master_get_busy_total", "", "BatchGetStart keys already inflight for the requester") \
   X(get_done_total, "fluxon_master_get_done_total", "", "Remote gets done") \
   X(get_done_stale_total, "fluxon_master_get_done_stale_total", "", "GetDone items refused: the version changed or went") \
@@ -53,8 +54,17 @@
   X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
 
+// The master's gauges: (field, stats name, Prometheus family, label, help).
+#define FLUXON_MASTER_GAUGES(X) \
+  X(routes, "routes", "fluxon_master_routes", "", "Live routes in the global route table") \
+  X(owners, "owners", "fluxon_master_owners", "", "Registered owners") \
+  X(replicas, "replicas", "fluxon_master_replicas", "", "Replicas behind the live routes") \
+  X(inflight_gets, "inflight_gets", "fluxon_master_inflight_gets", "", "Prepared remote gets (started, not done or revoked)") \
+  X(replica_tasks_queued, "replica_tasks_queued", "fluxon_master_replica_tasks_queued", "", "Replica tasks waiting for a target owner")
+
 namespace fluxon {
 
 FLUXON_COUNTER_STRUCT(MasterCounters, FLUXON_MASTER_COUNTERS)
+FLUXON_GAUGE_STRUCT(MasterStats, FLUXON_MASTER_GAUGES)
 
 }  // namespace fluxon

@@ -63,7 +63,8 @@ class OwnerCore {
   // Where peers fetch this owner's bytes; sent with every registration.
   void set_data_address(std::string host, uint16_t port) { data_host_ = std::move(host), data_port_ = port; }
 
-  wire::StatsReplyT stats() const;
+  OwnerStats stats() const;
+  wire::StatsReplyT stats_reply() const;  // the gauges, then the counters
   const OwnerCounters& counters() const { return s_.counters; }
   const ReservePool& pool() const { return s_.pool; }
   // (offset, len) of grants carved since the last call.

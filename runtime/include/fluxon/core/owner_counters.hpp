@@ -98,8 +98,34 @@
   X(writebacks_full_total, "fluxon_owner_bound_refusals_total", "queue=writebacks", "Requests refused at a queue's bound") \
   X(replica_retries_full_total, "fluxon_owner_bound_refusals_total", "queue=replica_retries", "Requests refused at a queue's bound")
 
+// The owner's gauges: (field, stats name, Prometheus family, label, help).
+#define FLUXON_OWNER_GAUGES(X) \
+  X(slots_free, "slots_free", "fluxon_owner_slots", "state=free", "Local reserve slots by state") \
+  X(slots_prepared, "slots_prepared", "fluxon_owner_slots", "state=prepared", "Local reserve slots by state") \
+  X(slots_pending_local_visible, "slots_pending_local_visible", "fluxon_owner_slots", "state=pending_local_visible", "Local reserve slots by state") \
+  X(slots_pending, "slots_pending", "fluxon_owner_slots", "state=pending", "Local reserve slots by state") \
+  X(slots_committed, "slots_committed", "fluxon_owner_slots", "state=committed", "Local reserve slots by state") \
+  X(grants, "grants", "fluxon_owner_grants", "", "Grants serving a slot class") \
+  X(active_put_plans, "owner_active_put_plans", "fluxon_owner_active_put_plans", "", "Put plans not yet committed or aborted") \
+  X(active_get_handles, "owner_active_get_handles", "fluxon_owner_active_get_handles", "", "Get handles not yet consumed") \
+  X(holders, "holders", "fluxon_owner_holders", "", "Exported holdings") \
+  X(routes, "routes", "fluxon_owner_routes", "", "Live master routes to this owner's slots") \
+  X(sessions, "owner_sessions", "fluxon_owner_sessions", "", "Connected client sessions") \
+  X(publish_jobs, "publish_jobs", "fluxon_owner_publish_jobs", "", "Publish and route-removal jobs in flight") \
+  X(writeback_jobs, "writeback_jobs", "fluxon_owner_writeback_jobs", "", "Owner-hot write-backs in flight") \
+  X(hot_bytes, "hot_bytes", "fluxon_owner_hot_bytes", "", "Bytes in the owner-hot tier") \
+  X(eviction_debt_bytes, "eviction_debt_bytes", "fluxon_owner_eviction_debt_bytes", "", "Bytes selected for eviction whose removal is on its way") \
+  /* remote gets: per-key flights by phase (G7), get jobs with the master in flight */ \
+  X(flights_starting, "flights_starting", "fluxon_owner_get_flights", "phase=starting", "Per-key remote get flights by phase (G7)") \
+  X(flights_started, "flights_started", "fluxon_owner_get_flights", "phase=started", "Per-key remote get flights by phase (G7)") \
+  X(flights_finishing, "flights_finishing", "fluxon_owner_get_flights", "phase=finishing", "Per-key remote get flights by phase (G7)") \
+  X(flights_revoking, "flights_revoking", "fluxon_owner_get_flights", "phase=revoking", "Per-key remote get flights by phase (G7)") \
+  X(get_jobs, "get_jobs", "fluxon_owner_get_jobs", "", "BatchGetStart/Done/Revoke jobs awaiting the master") \
+  X(pending_gets, "pending_gets", "fluxon_owner_pending_gets", "", "get_start requests waiting for the master")
+
 namespace fluxon {
 
 FLUXON_COUNTER_STRUCT(OwnerCounters, FLUXON_OWNER_COUNTERS)
+FLUXON_GAUGE_STRUCT(OwnerStats, FLUXON_OWNER_GAUGES)
 
 }  // namespace fluxon

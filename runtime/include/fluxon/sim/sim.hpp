@@ -12,16 +12,14 @@
 
 #include "fluxon/core/master_core.hpp"
 #include "fluxon/core/owner_core.hpp"
+#include "fluxon/driver/owner_driver.hpp"
 #include "fluxon/runtime/config.hpp"
 
 namespace fluxon::sim {
 
-struct LinkFaults {
-  double drop = 0;        // probability a message is lost
-  double duplicate = 0;   // probability it is delivered twice
-  Millis min_delay = 1;   // uniform delay in [min, max]
-  Millis max_delay = 1;
-};
+using fluxon::LinkFaults;
+// A simulated link with no faults: every message takes 1 ms.
+inline constexpr LinkFaults kQuietLink{0, 0, 1, 1};
 
 class Cluster {
  public:
@@ -30,10 +28,15 @@ class Cluster {
   uint64_t seed() const { return seed_; }
   Millis now() const { return now_; }
 
-  LinkFaults to_master, from_master;   // applied on every owner<->master message
-  // Data-plane fetches between owners: `drop` is the odds that one fails (peer unreachable,
-  // connection reset), the delay is its duration.
-  LinkFaults data;
+  // The owners' fault points (fluxon/driver/fault_points.hpp), drawn from the cluster's seed:
+  // applied on every owner<->master message (1 ms each by default) and data-plane fetch (`drop`:
+  // the odds that one fails, the delay: its duration).
+ private:
+  FaultPlan plan_;
+ public:
+  LinkFaults& to_master = plan_.master_request;
+  LinkFaults& from_master = plan_.master_reply;
+  LinkFaults& data = plan_.fetch;
 
   MasterCore& master() { return master_; }
   OwnerCore& owner(int i) { return *owners_[i].core; }
@@ -65,8 +68,11 @@ class Cluster {
   uint64_t transfers_failed() const { return transfers_failed_; }
   uint64_t transfers_done() const { return transfers_done_; }
 
-  uint64_t messages_dropped() const { return dropped_; }
-  uint64_t messages_duplicated() const { return duplicated_; }
+  uint64_t messages_dropped() const { return fired(FaultPoints::k_master_request, FaultPoints::kDropped) + fired(FaultPoints::k_master_reply, FaultPoints::kDropped); }
+  uint64_t messages_duplicated() const { return fired(FaultPoints::k_master_request, FaultPoints::kDuplicated) + fired(FaultPoints::k_master_reply, FaultPoints::kDuplicated); }
+  // Faults fired at point p, over all owners.
+  uint64_t fired(FaultPoints::Point p, FaultPoints::Fault f) const;
+  OwnerDriver& driver(int i) { return *owners_[i].driver; }
 
  private:
   struct Event {
@@ -75,20 +81,36 @@ class Cluster {
     std::function<void()> fn;
     bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
+  // Owner i's ports: the simulated network, data plane and client channel.
+  class Ports : public OwnerPorts {
+   public:
+    Ports(Cluster& c, int owner) : c_(c), owner_(owner) {}
+    void reply(uint64_t token, Envelope& env) override;
+    void note(uint64_t session, Envelope& env) override;
+    void to_master(uint64_t token, SharedBytes bytes, Millis delay) override;
+    void master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) override;
+    void fetch(TransferBatch batch, bool fail, Millis delay) override;
+    void flush_soon() override {}  // the simulated mailbox is empty at every tick: tick() flushes
+
+   private:
+    Cluster& c_;
+    int owner_;
+  };
   struct OwnerNode {
     std::unique_ptr<OwnerCore> core;
+    std::unique_ptr<Ports> ports;
+    std::unique_ptr<OwnerDriver> driver;
     std::map<uint64_t, std::vector<wire::PutLiveT>> notes;
     std::map<uint64_t, std::vector<uint8_t>> mem;
   };
   void schedule(Millis delay, std::function<void()> fn);
-  void send_over(const LinkFaults& f, std::function<void()> deliver);
-  void flush(int owner, Outbox& out);
   void step_to(Millis t);
+  static uint64_t client_token(int owner, uint64_t token) { return (uint64_t(owner) << 48) | token; }
 
   uint64_t seed_;
   std::mt19937_64 rng_;
   Millis now_ = 0;
-  uint64_t seq_ = 0, dropped_ = 0, duplicated_ = 0, next_token_ = 1;
+  uint64_t seq_ = 0;
   uint64_t transfers_failed_ = 0, transfers_done_ = 0;
   uint64_t master_epoch_ = 0;  // a restart resets the connections: what was in flight is lost
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;

@@ -1,0 +1,123 @@
+#include "fluxon/driver/owner_driver.hpp"
+
+namespace fluxon {
+
+void OwnerDriver::start(Millis now) {
+  if (!master_up_) return;
+  core_.start(now, out_);
+  drain();
+}
+
+void OwnerDriver::master_up(Millis now, bool reconnected) {
+  master_up_ = true;
+  if (reconnected) core_.on_master_reconnected(now, out_);
+  else core_.start(now, out_);
+  drain();
+}
+
+uint64_t OwnerDriver::begin_request(uint64_t session) {
+  const uint64_t token = next_token_++;
+  waiting_.emplace(token, session);
+  return token;
+}
+
+void OwnerDriver::on_client_request(uint64_t token, Envelope& req, Millis now) {
+  core_.on_client_request(token, req, now, out_);
+  drain();
+  if (core_.gets_to_flush() && !flush_queued_) {
+    // G9: the leaders of every get_start already queued join this BatchGetStart; the flush queues
+    // behind them and adds no wait of its own.
+    flush_queued_ = true;
+    ports_.flush_soon();
+  }
+}
+
+void OwnerDriver::on_client_note(Envelope& note, Millis now) {
+  core_.on_client_note(note, now, out_);
+  drain();
+}
+
+std::vector<uint64_t> OwnerDriver::close_session(uint64_t session, Millis now) {
+  std::vector<uint64_t> dropped;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->second == session) {
+      dropped.push_back(it->first);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  core_.close_session(session, out_);
+  drain();
+  return dropped;
+}
+
+void OwnerDriver::master_replied(uint64_t token, SharedBytes bytes) {
+  const auto c = faults_.link(FaultPoints::k_master_reply);
+  for (int i = 0; i < c.n; ++i) ports_.master_reply_later(token, bytes, c.delay[i]);
+}
+
+void OwnerDriver::on_master_reply(uint64_t token, const Bytes& bytes, Millis now) {
+  auto env = decode(bytes);
+  if (!env.ok()) return core_.on_master_failure(token);
+  core_.on_master_reply(token, **env, now, out_);
+  drain();
+}
+
+void OwnerDriver::on_transfer_done(uint64_t id, const Status& result, Millis now) {
+  core_.on_transfer_done(id, result, now, out_);
+  drain();
+}
+
+void OwnerDriver::flush(Millis now) {
+  flush_queued_ = false;
+  core_.flush_gets(now, out_);
+  drain();
+}
+
+void OwnerDriver::tick(Millis now) {
+  core_.tick(now, out_);
+  drain();
+}
+
+void OwnerDriver::remove_key(const std::string& key, Millis now) {
+  core_.remove_key(key, now, out_);
+  drain();
+}
+
+void OwnerDriver::drain() {
+  for (auto [offset, len] : core_.take_new_grant_ranges()) ports_.populate(offset, len);
+  // Effects may call back into the driver (a port that delivers at once): take the outbox first.
+  Outbox out;
+  out.swap(out_);
+  for (auto& o : out) {
+    switch (o.kind) {
+      case OwnerOut::Kind::kReply: {
+        auto it = waiting_.find(o.token);
+        if (it == waiting_.end()) break;  // its session went meanwhile
+        waiting_.erase(it);
+        ports_.reply(o.token, o.env);
+        break;
+      }
+      case OwnerOut::Kind::kNote:
+        ports_.note(o.session, o.env);
+        break;
+      case OwnerOut::Kind::kMaster: {
+        // Encoded once: every copy carries the same bytes. Lost while the link is down: the core
+        // re-sends with the same identity once it is back (T1).
+        if (!master_up_) break;
+        auto bytes = std::make_shared<const Bytes>(encode(o.env));
+        const auto c = faults_.link(FaultPoints::k_master_request);
+        for (int i = 0; i < c.n; ++i) ports_.to_master(o.token, bytes, c.delay[i]);
+        break;
+      }
+      case OwnerOut::Kind::kTransfer: {
+        const auto f = faults_.fetch();
+        ports_.fetch(std::move(o.transfer), f.fail, f.delay);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace fluxon
