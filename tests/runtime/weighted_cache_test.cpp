@@ -5,7 +5,7 @@
 #include <set>
 #include <thread>
 
-#include "fluxon/runtime/weighted_cache.hpp"
+#include "fluxon/runtime/notifying_cache.hpp"
 
 using namespace fluxon;
 
@@ -28,7 +28,7 @@ struct Recorder {
   }
 };
 
-using Cache = WeightedCache<uint64_t, uint64_t>;
+using Cache = NotifyingCache<uint64_t, uint64_t>;
 
 Cache::Options opts(uint64_t cap, Recorder* r = nullptr, size_t shards = 1) {
   Cache::Options o;
@@ -194,7 +194,7 @@ TEST_CASE("weighted cache: weak_ptr values do not extend lifetimes") {
 
 TEST_CASE("weighted cache: the listener runs outside the cache's locks") {
   // A listener that calls back into the cache would deadlock if it ran under a shard lock.
-  WeightedCache<uint64_t, uint64_t>* self = nullptr;
+  Cache* self = nullptr;
   std::atomic<int> reentered{0};
   Cache::Options o = opts(100);
   o.listener = [&](const uint64_t& k, uint64_t&&, uint64_t, RemovalCause) {
@@ -207,6 +207,22 @@ TEST_CASE("weighted cache: the listener runs outside the cache's locks") {
   for (uint64_t i = 0; i < 50; ++i) (void)c.insert(i, i, 10);
   c.flush_listener();
   CHECK(reentered.load() > 0);
+}
+
+TEST_CASE("weighted cache: the notifier queue is bounded - callers wait for a slow listener, nothing is lost") {
+  std::atomic<int> delivered{0};
+  Cache::Options o = opts(100);
+  o.max_pending_events = 4;
+  o.listener = [&](const uint64_t&, uint64_t&&, uint64_t, RemovalCause) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    delivered++;
+  };
+  Cache c(o);
+  for (uint64_t i = 0; i < 300; ++i) (void)c.insert(i, i, 10);  // 290 evictions at least
+  c.flush_listener();
+  CHECK(c.notifier_high_water() <= 4 + 1);  // the bound, plus the one call's batch that passed it
+  CHECK(c.notifier_waits() > 0);
+  CHECK(delivered.load() >= 290);
 }
 
 TEST_CASE("weighted cache: concurrent insert/get/remove, listener exactly once") {

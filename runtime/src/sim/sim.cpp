@@ -177,4 +177,10 @@ std::vector<wire::PutLiveT> Cluster::take_put_live(uint64_t session) {
   return r;
 }
 
+std::vector<wire::PutLiveT> Cluster::take_put_live(int owner, uint64_t session) {
+  auto it = owners_[owner].notes.find(session);
+  if (it == owners_[owner].notes.end()) return {};
+  return std::exchange(it->second, {});
+}
+
 }  // namespace fluxon::sim

@@ -9,42 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "fluxon/client/client_core.hpp"
 #include "fluxon/runtime/batch.hpp"
 #include "fluxon/runtime/config.hpp"
 #include "fluxon/runtime/owner_link.hpp"
 #include "fluxon/runtime/status.hpp"
 
 namespace fluxon {
-
-constexpr uint64_t kPlanMagic = 0x4658504C414E5631ull;  // "FXPLANV1" (the original Fluxon kernels check it)
-
-struct PutOptionalArgs {
-  bool reject_if_inflight_same_key = true;
-  bool reject_if_exist_same_key = true;
-  bool write_through = false;
-  bool make_replica_task = false;
-  std::optional<std::vector<bool>> make_replica_task_mask;
-  std::optional<std::vector<uint32_t>> atomic_group_lens;
-  std::optional<uint64_t> lease_id;
-};
-
-// exists_prefix: the existing prefix (group-aligned); local_len of it on the attached owner; false
-// master_answered: the master was not asked (every key local, or one owner in the cluster) or did
-// not answer within max_wait_ms, so the remote part counts as missing.
-struct ExistsResult {
-  uint32_t prefix_len = 0;
-  uint32_t local_len = 0;
-  bool master_answered = false;
-};
-
-// The prefix math of PrefixResult, plus where keys[:transferable_len] come from (P2): pinned local
-// copies, joins of another batch's fetch, and fetches this call leads from remote owners (L3).
-struct GetStartResult : PrefixResult {
-  uint32_t local_keys = 0, joined_keys = 0, leader_keys = 0;
-  bool owner_rpc = false;  // part of the prefix is fetched from a remote owner
-  std::vector<uint8_t> sources;  // per key of the prefix: 0 local, 1 joined, 2 leader
-  uint32_t remote_keys() const { return joined_keys + leader_keys; }
-};
 
 struct SegmentInfo {
   std::string segment_label;  // cpu:0 (embedded) or external_owner:0

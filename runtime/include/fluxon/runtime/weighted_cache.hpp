@@ -31,23 +31,21 @@
 // is sampled rather than lost.
 //
 // Removal causes: Size (capacity or evict_some), Replaced (insert over a key), Explicit (remove,
-// remove_if). The listener runs on the cache's own notifier thread, outside every internal lock;
-// a caller's operation only pushes into a lossless queue. Each removed entry is reported exactly
-// once. Nothing changes max_capacity() after construction (S5). Values are stored as given: a
+// remove_if). This cache starts no thread: NotifyingCache (notifying_cache.hpp) adds a listener
+// on a notifier thread of its own, outside every internal lock, each removed entry reported
+// exactly once; the cores use this one and act on evictions at once (evicted_out). Nothing changes max_capacity() after construction (S5). Values are stored as given: a
 // std::weak_ptr value does not extend the lifetime of its object.
 #pragma once
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>  // std::shared_lock
 #include <optional>
-#include <thread>
+#include <thread>  // std::this_thread::yield (ShardLock)
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -117,7 +115,6 @@ class WeightedCache {
     double window_ratio = 0.01;        // the window share when it does not adapt
     double protected_ratio = 0.80;     // of the main space
     bool adaptive_window = true;       // the simulations choose the window share (see above)
-    Listener listener;
   };
 
   explicit WeightedCache(Options o) : opts_(std::move(o)) {
@@ -135,19 +132,9 @@ class WeightedCache {
       s->rng = 0x9e3779b97f4a7c15ull ^ (i + 1);
       shards_.push_back(std::move(s));
     }
-    if (opts_.listener) notifier_ = std::thread([this] { run_notifier(); });
   }
 
-  ~WeightedCache() {
-    if (notifier_.joinable()) {
-      {
-        std::lock_guard<std::mutex> g(qm_);
-        stop_ = true;
-      }
-      qcv_.notify_all();
-      notifier_.join();
-    }
-  }
+  virtual ~WeightedCache() = default;
 
   WeightedCache(const WeightedCache&) = delete;
   WeightedCache& operator=(const WeightedCache&) = delete;
@@ -292,12 +279,6 @@ class WeightedCache {
     return selected;
   }
 
-  // Waits until every removal queued so far has been delivered to the listener.
-  void flush_listener() {
-    if (!opts_.listener) return;
-    std::unique_lock<std::mutex> g(qm_);
-    idle_cv_.wait(g, [&] { return q_.empty() && !delivering_; });
-  }
 
   // The shard a key lives in (tests and diagnostics).
   size_t shard_of(const K& key) const { return shard(hash_of(key)).id; }
@@ -417,6 +398,7 @@ class WeightedCache {
     size_t size_ = 0;
   };
 
+ protected:
   struct Event {
     K key;
     V value;
@@ -424,6 +406,10 @@ class WeightedCache {
     RemovalCause cause;
   };
   using Events = std::vector<Event>;
+  // The removals of one call, after its locks are released: NotifyingCache reports them.
+  virtual void removed(Events&) {}
+
+ private:
 
   struct Shard {
     explicit Shard(uint64_t entries) : sketch(entries) {}
@@ -775,30 +761,8 @@ class WeightedCache {
     return out;
   }
 
-  // The only work a caller does for the listener: a push into the lossless queue.
   void publish(Events& ev) {
-    if (ev.empty() || !opts_.listener) return;
-    {
-      std::lock_guard<std::mutex> g(qm_);
-      for (auto& e : ev) q_.push_back(std::move(e));
-    }
-    qcv_.notify_one();
-  }
-
-  void run_notifier() {
-    std::unique_lock<std::mutex> g(qm_);
-    while (true) {
-      qcv_.wait(g, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty() && stop_) return;
-      std::deque<Event> batch;
-      batch.swap(q_);
-      delivering_ = true;
-      g.unlock();
-      for (auto& e : batch) opts_.listener(e.key, std::move(e.value), e.weight, e.cause);
-      g.lock();
-      delivering_ = false;
-      if (q_.empty()) idle_cv_.notify_all();
-    }
+    if (!ev.empty()) removed(ev);
   }
 
   Options opts_;
@@ -807,12 +771,6 @@ class WeightedCache {
   std::unique_ptr<WindowSims> sims_;  // adaptive window only; sims_m_ is taken below a shard lock
   mutable std::mutex sims_m_;
 
-  std::mutex qm_;
-  std::condition_variable qcv_, idle_cv_;
-  std::deque<Event> q_;
-  bool delivering_ = false;
-  bool stop_ = false;
-  std::thread notifier_;
 };
 
 }  // namespace fluxon

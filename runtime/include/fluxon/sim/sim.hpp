@@ -54,7 +54,8 @@ class Cluster {
   uint64_t send(int owner, uint64_t session, Envelope req);
   Envelope wait(uint64_t token, Millis limit = 120000);
   // PutLive notes delivered to a session so far.
-  std::vector<wire::PutLiveT> take_put_live(uint64_t session);
+  std::vector<wire::PutLiveT> take_put_live(uint64_t session);  // of every owner's session `session`
+  std::vector<wire::PutLiveT> take_put_live(int owner, uint64_t session);
 
   // The master process dies and a fresh one (no state) takes its place; owners reconnect.
   void restart_master();

@@ -1,0 +1,16 @@
+# The sans-IO layer stays sans-IO: the cores, the driver and the client core reference no socket,
+# file, clock, sleep, thread start, YAML or Prometheus symbol. LIBS: the archives, ';'-separated.
+set(forbidden "std::thread::_M_start_thread|pthread_create|[^_a-z]socket[@ ]|[^_a-z]connect[@ ]|[^_a-z]bind[@ ]|[^_a-z]accept[@ ]|[^_a-z]fopen|[^_a-z]open[@ ]|[^_a-z]open64|basic_ifstream|basic_ofstream|basic_fstream|YAML::|prometheus::|clock_gettime|steady_clock::now|system_clock::now|getaddrinfo|[^_a-z]mmap|shm_open|nanosleep|usleep")
+string(REPLACE "," ";" LIBS "${LIBS}")
+foreach(lib ${LIBS})
+  execute_process(COMMAND nm -C --undefined-only ${lib} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nm failed on ${lib}")
+  endif()
+  string(REGEX MATCHALL "[^\n]*(${forbidden})[^\n]*" bad "${syms}")
+  if(bad)
+    list(REMOVE_DUPLICATES bad)
+    message(FATAL_ERROR "${lib} references I/O it must not (sans-IO layer):\n${bad}")
+  endif()
+  message(STATUS "${lib}: sans-IO")
+endforeach()
