@@ -67,3 +67,41 @@ TEST_CASE("bounds: past flights a remote key is a miss, past exists_questions th
   CHECK(e.body.AsExistsReply()->prefix_len == 0);  // not asked: the bound is 0
   CHECK(c.owner(1).counters().exists_full_total == 1);
 }
+
+TEST_CASE("bounds: sessions past the bound are refused in words, and a closed one makes room") {
+  OwnerConfig cfg = small_owner();
+  cfg.limits.sessions = 2;
+  sim::Cluster c(seed_from_env(805), cfg, 1);
+  c.run_for(10);
+  const uint64_t a = c.open_session(0);
+  (void)c.open_session(0);
+  auto refused = c.call(0, 0, make_envelope(wire::HelloT{}));
+  CHECK(envelope_status(refused).code() == Code::kNoSpace);
+  CHECK(envelope_status(refused).message().find("the bound") != std::string::npos);
+  CHECK(c.owner(0).counters().sessions_full_total == 1);
+  c.close_session(0, a);
+  CHECK(c.call(0, 0, make_envelope(wire::HelloT{})).body.AsHelloReply());
+}
+
+TEST_CASE("bounds: get_starts waiting for the master past pending_gets are decided at once, with what is known") {
+  OwnerConfig cfg = small_owner();
+  cfg.limits.pending_gets = 1;
+  sim::Cluster c(seed_from_env(806), cfg, 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  put_live_routes(c, 0, sa, {"p0", "p1"});
+  c.to_master.min_delay = c.to_master.max_delay = 200;  // the master's answer is slow
+  wire::GetStartReqT q1, q2;
+  q1.keys = {"p0"};
+  q2.keys = {"p1"};
+  const uint64_t t1 = c.send(1, sb, make_envelope(std::move(q1)));
+  const uint64_t t2 = c.send(1, sb, make_envelope(std::move(q2)));
+  // The second could not wait: answered now, its key not known yet (a miss, nothing pinned).
+  auto r2 = c.wait(t2, 1);
+  REQUIRE(r2.body.AsGetStartReply());
+  CHECK(r2.body.AsGetStartReply()->transferable_len == 0);
+  CHECK(c.owner(1).counters().pending_gets_full_total == 1);
+  auto r1 = c.wait(t1);
+  REQUIRE(r1.body.AsGetStartReply());
+  CHECK(r1.body.AsGetStartReply()->transferable_len == 1);
+}

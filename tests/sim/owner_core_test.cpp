@@ -376,3 +376,27 @@ TEST_CASE("S3: eviction takes the exact TP cohort: a group goes with the other r
     CHECK_MESSAGE(r0 == r1, "group " << b << " kept on one rank only");
   }
 }
+
+TEST_CASE("A2 T1: one publish job owns a put batch - PutDone re-sent whole under one identity until answered, no per-key fallback") {
+  sim::Cluster c(seed_from_env(151), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  c.to_master.drop = 0.7;  // most attempts are lost
+  const uint64_t put_id = put_commit(c, 0, s, keys_of("a2-", 6), {2, 4});
+  std::vector<wire::PutLiveT> live;
+  REQUIRE(c.run_until([&] {
+    for (auto& l : c.take_put_live(0, s)) live.push_back(std::move(l));
+    return !live.empty();
+  }, 60000));
+  c.to_master.drop = 0;
+  c.run_for(1000);
+  for (auto& l : c.take_put_live(0, s)) live.push_back(std::move(l));
+  // One outcome for the batch, for all of it: every key is live, under the batch's one identity.
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].put_id == put_id);
+  CHECK(!live[0].error);
+  CHECK(c.owner(0).counters().publish_retry_total > 0);  // the faults did bite
+  CHECK(c.master().counters().put_done_total == c.master().counters().put_done_duplicate_total + 1);
+  for (const auto& k : keys_of("a2-", 6)) CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1});
+  CHECK(c.owner(0).stats().publish_jobs == 0);
+}

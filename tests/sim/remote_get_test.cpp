@@ -660,3 +660,59 @@ TEST_CASE("master: tombstones expire, so removed keys do not grow the master for
   CHECK(m.tombstone_count() == 0);  // ... and after it the memory is back
   CHECK(m.route_count() == 0);
 }
+
+TEST_CASE("G2 G3: a leader's marker is visible the moment its get_start is handled - before the master hears of it") {
+  sim::Cluster c(seed_from_env(141), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1), sb2 = c.open_session(1);
+  put_live(c, 0, sa, {"m0", "m1"});
+  c.to_master.min_delay = c.to_master.max_delay = 100;  // the BatchGetStart is still on its way
+  wire::GetStartReqT q;
+  q.keys = {"m0", "m1"};
+  const uint64_t t = c.send(1, sb, make_envelope(std::move(q)));
+  // Nothing has run yet: no snapshot-then-insert window in which a second reader could lead too.
+  CHECK(c.owner(1).stats().flights_starting == 2);
+  // A put of the key sees it inflight (reject_if_inflight_same_key), a second reader joins.
+  wire::PutStartReqT p;
+  p.keys = {"m0"};
+  p.value_len = 4096;
+  p.reject_if_inflight_same_key = true;
+  auto refused = c.call(1, sb2, make_envelope(std::move(p)));
+  REQUIRE(envelope_status(refused).code() == Code::kKeyConflict);
+  CHECK(envelope_status(refused).reasons[0] == ConflictReason::kInflight);
+  auto g2 = get_start(c, 1, sb2, {"m0", "m1"});
+  REQUIRE(g2.body.AsGetStartReply());
+  CHECK(g2.body.AsGetStartReply()->joined_keys == 2);
+  CHECK(g2.body.AsGetStartReply()->leader_keys == 0);
+  auto g1 = c.wait(t);
+  REQUIRE(g1.body.AsGetStartReply());
+  CHECK(g1.body.AsGetStartReply()->leader_keys == 2);
+  CHECK(c.master().counters().get_start_keys_total == 2);  // one flight per key
+}
+
+TEST_CASE("G10: a leader whose reader dies before the master answers leaves no marker behind") {
+  sim::Cluster c(seed_from_env(142), small_owner(), 2);
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  put_live(c, 0, sa, {"d0", "d1", "d2"});
+  c.to_master.min_delay = c.to_master.max_delay = 50;
+  wire::GetStartReqT q;
+  q.keys = {"d0", "d1", "d2"};
+  (void)c.send(1, sb, make_envelope(std::move(q)));
+  c.close_session(1, sb);  // cancellation: the reader is gone with its leaders in the air
+  REQUIRE(c.run_until([&] {
+    auto st = c.owner(1).stats();
+    return st.flights_starting + st.flights_started + st.flights_finishing + st.get_jobs == 0 &&
+           c.master().inflight_get_count() == 0;
+  }, 10000));
+  CHECK(c.owner(1).stats().holders == 0);
+  // The markers went with the flights: a new reader leads the keys again and reads them.
+  c.to_master.min_delay = c.to_master.max_delay = 1;
+  const uint64_t sb2 = c.open_session(1);
+  auto g = get_start(c, 1, sb2, {"d0", "d1", "d2"});
+  REQUIRE(g.body.AsGetStartReply());
+  CHECK(g.body.AsGetStartReply()->leader_keys == 3);
+  auto x = transfer(c, 1, sb2, g.body.AsGetStartReply()->handle_id, 3);
+  REQUIRE(x.body.AsGetTransferReply());
+  CHECK(c.read(1, x.body.AsGetTransferReply()->offsets[0]) == pattern("d0", 4096));
+}

@@ -57,6 +57,13 @@ void OwnerCore::on_client_request(uint64_t token, Envelope& req, Millis now, Out
 void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out) {
   const uint64_t session = req.session_id;
   if (req.body.AsHello()) {
+    if (s_.sessions.size() >= s_.cfg.limits.sessions) {  // the bound: no new client
+      s_.counters.sessions_full_total++;
+      return s_.reply_error(0, token,
+                            Status(Code::kNoSpace, std::to_string(s_.sessions.size()) +
+                                                       " client sessions are open (the bound): Hello refused"),
+                            out);
+    }
     const uint64_t sid = s_.sessions.open();
     wire::HelloReplyT r;
     r.node_id = s_.cfg.node_id;

@@ -53,6 +53,7 @@ struct OwnerCoreConfig {
     size_t handles = 65536;            // get handles not consumed: get_start refuses (Timeout)
     size_t writebacks = 16384;         // write-back jobs in flight: hot-tier evictions are not copied
     size_t replica_retries = 4096;     // replica fetches waiting to be tried again: a failure is final
+    size_t sessions = 4096;            // client sessions: a Hello past it is refused (NoSpace)
   } limits;
 };
 

@@ -1,10 +1,12 @@
-// The owner's counters, declared once: (field, Prometheus family, label "key=value" or "", help).
-// OwnerCounters, the Prometheus registration (actors/src/owner_actor.cpp) and for_each_counter()
-// are made from this list; a counter added here is counted, exported and documented at once.
+// The owner's counters, declared once, one table per component: (field, Prometheus family, label
+// "key=value" or "", help). OwnerCounters, the Prometheus registration, the stats reply and the
+// clients' stats maps are made from these lists; a counter added here is counted, exported and
+// documented at once.
 #pragma once
 #include "fluxon/core/counters.hpp"
 
-#define FLUXON_OWNER_COUNTERS(X) \
+// PutPath (put_path.hpp): claims, commits, publish jobs, resync.
+#define FLUXON_OWNER_PUT_PATH_COUNTERS(X) \
   X(put_start_total, "fluxon_owner_put_start_total", "", "local_fast_put_start requests") \
   X(put_commit_total, "fluxon_owner_put_commit_total", "", "Put plans committed (local-read-ready)") \
   X(put_abort_total, "fluxon_owner_put_abort_total", "", "Put plans aborted") \
@@ -15,28 +17,31 @@
   X(reserve_waits_total, "fluxon_owner_reserve_waits_total", "", "Claims that had to wait for slots") \
   X(reserve_soft_wait_total, "fluxon_owner_reserve_soft_wait_total", "", "Claims waiting past the soft wait") \
   X(reserve_timeout_total, "fluxon_owner_reserve_timeout_total", "", "Claims failed by LocalReserveTimeout") \
+  X(publish_retry_total, "fluxon_owner_publish_retry_total", "", "PutDone re-sent with the same identity (T1)") \
+  X(publish_exists_total, "fluxon_owner_publish_refused_total", "", "Route items the master refused") \
+  X(resync_routes_total, "fluxon_owner_resync_routes_total", "", "Live routes re-published after the master came back") \
+  X(replica_keys_requested_total, "fluxon_owner_replica_keys_requested_total", "", "Put keys published with a replica task")
+
+// RouteRemoval (route_removal.hpp): route-first removals (S2).
+#define FLUXON_OWNER_ROUTE_REMOVAL_COUNTERS(X) \
+  X(route_remove_total, "fluxon_owner_route_remove_total", "", "Routes removed before their slot was freed") \
+  X(remove_busy_total, "fluxon_owner_remove_busy_total", "", "Route removals deferred while a peer read the copy")
+
+// Eviction (eviction.hpp, run by the router): capacity and pressure rounds (S1-S4).
+#define FLUXON_OWNER_EVICTION_COUNTERS(X) \
+  X(evicted_keys_total, "fluxon_owner_evicted_keys_total", "", "Keys evicted for capacity (whole cohorts)") \
+  X(evicted_bytes_total, "fluxon_owner_evicted_bytes_total", "", "Slot bytes evicted for capacity") \
+  X(eviction_rounds_total, "fluxon_owner_eviction_rounds_total", "", "Eviction rounds that selected victims") \
+  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free") \
+  X(eviction_settled_keys_total, "fluxon_owner_eviction_settled_keys_total", "", "Evicted keys whose route removal the master confirmed (S4: equals evicted at rest)")
+
+// GetFlights (get_flights.hpp): get_start, flights, master jobs, the data plane (P2, G1-G10).
+#define FLUXON_OWNER_GET_FLIGHTS_COUNTERS(X) \
   X(get_start_total, "fluxon_owner_get_start_total", "", "get_start requests") \
   X(get_keys_total, "fluxon_owner_get_keys_total", "", "Keys asked by get_start") \
   X(get_hit_keys_total, "fluxon_owner_get_hit_keys_total", "", "Keys inside transferable_len") \
   X(get_tail_released_total, "fluxon_owner_get_tail_released_total", "", "Tail holdings released by partial get_transfer or cancel") \
   X(handle_ttl_expired_total, "fluxon_owner_handle_ttl_expired_total", "", "Get handles released by TTL") \
-  X(publish_retry_total, "fluxon_owner_publish_retry_total", "", "PutDone re-sent with the same identity (T1)") \
-  X(publish_exists_total, "fluxon_owner_publish_refused_total", "", "Route items the master refused") \
-  X(route_remove_total, "fluxon_owner_route_remove_total", "", "Routes removed before their slot was freed") \
-  X(master_failures_total, "fluxon_owner_master_failures_total", "", "Master requests lost in transport (re-sent later)") \
-  X(resync_routes_total, "fluxon_owner_resync_routes_total", "", "Live routes re-published after the master came back") \
-  X(evicted_keys_total, "fluxon_owner_evicted_keys_total", "", "Keys evicted for capacity (whole cohorts)") \
-  X(evicted_bytes_total, "fluxon_owner_evicted_bytes_total", "", "Slot bytes evicted for capacity") \
-  X(eviction_rounds_total, "fluxon_owner_eviction_rounds_total", "", "Eviction rounds that selected victims") \
-  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free") \
-  /* S4: every key eviction selects is settled once the master no longer routes to its slot */ \
-  /* (removed, or found absent); at rest the two are equal and the selection debt is zero. */ \
-  X(eviction_settled_keys_total, "fluxon_owner_eviction_settled_keys_total", "", "Evicted keys whose route removal the master confirmed (S4: equals evicted at rest)") \
-  X(errors_total, "fluxon_owner_errors_total", "", "Requests answered with an error") \
-  X(malformed_total, "fluxon_owner_malformed_total", "", "Malformed or unexpected messages rejected") \
-  X(generation_mismatch_total, "fluxon_owner_generation_mismatch_total", "", "Requests for another owner generation") \
-  /* Remote gets (P2, G1-G10): the transferable prefix split into local pins, joins of another */ \
-  /* batch's flight and flights this batch leads; master round trips; payload batches. */ \
   X(get_local_keys_total, "fluxon_owner_get_prefix_keys_total", "source=local", "Keys inside transferable_len by source (P2)") \
   X(get_joined_keys_total, "fluxon_owner_get_prefix_keys_total", "source=inflight_join", "Keys inside transferable_len by source (P2)") \
   X(get_leader_keys_total, "fluxon_owner_get_prefix_keys_total", "source=leader", "Keys inside transferable_len by source (P2)") \
@@ -57,19 +62,19 @@
   X(transfer_bytes_total, "fluxon_owner_transfer_bytes_total", "", "Bytes fetched over the data plane") \
   X(transfer_failures_total, "fluxon_owner_transfer_failures_total", "", "Fetch batches that failed") \
   X(get_wait_timeouts_total, "fluxon_owner_get_wait_timeouts_total", "", "get_start decided without the master's answer") \
-  X(remove_busy_total, "fluxon_owner_remove_busy_total", "", "Route removals deferred while a peer read the copy") \
   X(get_alone_misses_total, "fluxon_owner_get_alone_misses_total", "", "Misses answered without the master (no other owner)") \
-  X(get_leader_requests_total, "fluxon_owner_get_leader_requests_total", "", "get_starts with leaders (G9: BatchGetStarts, _get_master_batches_total, are fewer when they overlap)") \
-  X(replica_keys_requested_total, "fluxon_owner_replica_keys_requested_total", "", "Put keys published with a replica task") \
+  X(get_leader_requests_total, "fluxon_owner_get_leader_requests_total", "", "get_starts with leaders (G9: BatchGetStarts, _get_master_batches_total, are fewer when they overlap)")
+
+// ReplicaPuller (replica_puller.hpp): replica tasks.
+#define FLUXON_OWNER_REPLICA_PULLER_COUNTERS(X) \
   X(replica_tasks_received_total, "fluxon_owner_replica_tasks_received_total", "", "Replica tasks this owner pulled from the master") \
   X(replica_tasks_skipped_total, "fluxon_owner_replica_tasks_skipped_total", "", "Replica tasks for keys already here or on their way") \
   X(replica_done_total, "fluxon_owner_replica_done_total", "", "Replicas this owner made (fetched and published)") \
   X(replica_failed_total, "fluxon_owner_replica_failed_total", "", "Replica tasks whose fetch failed on every attempt (a later miss, nothing more)") \
-  X(replica_retries_total, "fluxon_owner_replica_retries_total", "", "Replica fetches tried again after a failure (3 attempts in all)") \
-  /* Owner-hot write-back: keys the hot tier evicted; exact cohorts written back to a target-role */ \
-  /* owner, their keys, and those a target holds now; jobs given up (no target, the value moved on, */ \
-  /* or no copy within writeback_timeout_ms); cohorts demoted (the copies here dropped once the */ \
-  /* remote copy stayed) and refused demotions (the remote copy went first: nothing dropped). */ \
+  X(replica_retries_total, "fluxon_owner_replica_retries_total", "", "Replica fetches tried again after a failure (3 attempts in all)")
+
+// WriteBack (writeback.hpp): owner-hot write-back and single-copy demotion.
+#define FLUXON_OWNER_WRITE_BACK_COUNTERS(X) \
   X(hot_evicted_keys_total, "fluxon_owner_hot_evicted_keys_total", "", "Keys the owner-hot tier evicted (write-back candidates)") \
   X(writeback_cohorts_total, "fluxon_owner_writeback_cohorts_total", "", "Exact cohorts written back to a target-role owner") \
   X(writeback_keys_total, "fluxon_owner_writeback_keys_total", "", "Keys of the cohorts written back") \
@@ -79,15 +84,25 @@
   X(demoted_cohorts_total, "fluxon_owner_demoted_cohorts_total", "", "Cohorts demoted: their copies here dropped, the remote copy serves") \
   X(demoted_keys_total, "fluxon_owner_demoted_keys_total", "", "Keys demoted") \
   X(demoted_bytes_total, "fluxon_owner_demoted_bytes_total", "", "Slot bytes freed by demotion") \
-  X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept") \
-  /* exists: questions, those that asked the master for the rest, those the master did not answer in */ \
-  /* time (answered with the local prefix), values whose length was not the one expected. */ \
+  X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept")
+
+// Exists (exists.hpp): exists_prefix questions.
+#define FLUXON_OWNER_EXISTS_COUNTERS(X) \
   X(exists_total, "fluxon_owner_exists_total", "", "exists_prefix questions") \
   X(exists_master_total, "fluxon_owner_exists_master_total", "", "exists_prefix questions that asked the master for the rest") \
   X(exists_master_unanswered_total, "fluxon_owner_exists_master_unanswered_total", "", "exists_prefix questions answered with the local prefix: the master did not answer in time") \
-  X(exists_len_mismatch_total, "fluxon_owner_exists_len_mismatch_total", "", "exists_prefix keys found with another length than expected (a miss)") \
-  X(removed_by_prefix_total, "fluxon_owner_removed_by_prefix_total", "", "Values removed by remove_prefix (SGLang clear())") \
-  /* Bounds reached (OwnerConfig::Limits): what was refused instead of queued. */ \
+  X(exists_len_mismatch_total, "fluxon_owner_exists_len_mismatch_total", "", "exists_prefix keys found with another length than expected (a miss)")
+
+// The router (owner_core.hpp): requests it refuses or forwards itself.
+#define FLUXON_OWNER_ROUTER_COUNTERS(X) \
+  X(master_failures_total, "fluxon_owner_master_failures_total", "", "Master requests lost in transport (re-sent later)") \
+  X(errors_total, "fluxon_owner_errors_total", "", "Requests answered with an error") \
+  X(malformed_total, "fluxon_owner_malformed_total", "", "Malformed or unexpected messages rejected") \
+  X(generation_mismatch_total, "fluxon_owner_generation_mismatch_total", "", "Requests for another owner generation") \
+  X(removed_by_prefix_total, "fluxon_owner_removed_by_prefix_total", "", "Values removed by remove_prefix (SGLang clear())")
+
+// Bounds reached (OwnerCoreConfig::Limits), each declared where its queue is: what was refused instead of queued.
+#define FLUXON_OWNER_BOUND_COUNTERS(X) \
   X(claim_queue_full_total, "fluxon_owner_bound_refusals_total", "queue=claim_waiters", "Requests refused at a queue's bound") \
   X(publish_backlog_full_total, "fluxon_owner_bound_refusals_total", "queue=publish_jobs", "Requests refused at a queue's bound") \
   X(eviction_paused_total, "fluxon_owner_bound_refusals_total", "queue=remove_jobs", "Requests refused at a queue's bound") \
@@ -96,7 +111,20 @@
   X(pending_gets_full_total, "fluxon_owner_bound_refusals_total", "queue=pending_gets", "Requests refused at a queue's bound") \
   X(handles_full_total, "fluxon_owner_bound_refusals_total", "queue=handles", "Requests refused at a queue's bound") \
   X(writebacks_full_total, "fluxon_owner_bound_refusals_total", "queue=writebacks", "Requests refused at a queue's bound") \
-  X(replica_retries_full_total, "fluxon_owner_bound_refusals_total", "queue=replica_retries", "Requests refused at a queue's bound")
+  X(replica_retries_full_total, "fluxon_owner_bound_refusals_total", "queue=replica_retries", "Requests refused at a queue's bound") \
+  X(sessions_full_total, "fluxon_owner_bound_refusals_total", "queue=sessions", "Requests refused at a queue's bound")
+
+// The owner's table: its components' tables, in this order.
+#define FLUXON_OWNER_COUNTERS(X) \
+  FLUXON_OWNER_PUT_PATH_COUNTERS(X) \
+  FLUXON_OWNER_ROUTE_REMOVAL_COUNTERS(X) \
+  FLUXON_OWNER_EVICTION_COUNTERS(X) \
+  FLUXON_OWNER_GET_FLIGHTS_COUNTERS(X) \
+  FLUXON_OWNER_REPLICA_PULLER_COUNTERS(X) \
+  FLUXON_OWNER_WRITE_BACK_COUNTERS(X) \
+  FLUXON_OWNER_EXISTS_COUNTERS(X) \
+  FLUXON_OWNER_ROUTER_COUNTERS(X) \
+  FLUXON_OWNER_BOUND_COUNTERS(X)
 
 // The owner's gauges: (field, stats name, Prometheus family, label, help).
 #define FLUXON_OWNER_GAUGES(X) \
