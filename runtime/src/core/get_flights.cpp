@@ -193,39 +193,24 @@ void GetFlights::queue_job(Job job, Millis now, Outbox& out) {
 }
 
 void GetFlights::send_job(uint64_t job_id, Job& job, Millis now, Outbox& out) {
-  Envelope env;
-  auto items = [&](auto& vec, auto make) {
-    for (size_t i = 0; i < job.keys.size(); ++i) vec.push_back(make(i));
+  // One message of the job's kind for its items, from this owner's identity.
+  auto message = [&](auto m, auto make_item) {
+    m.node_id = s_.cfg.node_id;
+    m.generation = s_.generation;
+    for (size_t i = 0; i < job.keys.size(); ++i) m.items.push_back(make_item(i));
+    return make_envelope(std::move(m));
   };
   auto get_item = [&](size_t i) { return std::make_unique<wire::GetItemT>(wire::GetItemT{{}, job.keys[i], job.get_ids[i]}); };
+  Envelope env;
   switch (job.kind) {
-    case Job::Kind::kStart: {
-      wire::BatchGetStartT m;
-      m.node_id = s_.cfg.node_id;
-      m.generation = s_.generation;
-      items(m.items, get_item);
-      env = make_envelope(std::move(m));
-      break;
-    }
-    case Job::Kind::kDone: {
-      wire::BatchGetDoneT m;
-      m.node_id = s_.cfg.node_id;
-      m.generation = s_.generation;
-      items(m.items, [&](size_t i) {
+    case Job::Kind::kStart: env = message(wire::BatchGetStartT{}, get_item); break;
+    case Job::Kind::kRevoke: env = message(wire::BatchGetRevokeT{}, get_item); break;
+    case Job::Kind::kDone:
+      env = message(wire::BatchGetDoneT{}, [&](size_t i) {
         return std::make_unique<wire::GetDoneItemT>(
             wire::GetDoneItemT{{}, job.keys[i], job.get_ids[i], job.offsets[i], flights_.at(job.get_ids[i]).batch});
       });
-      env = make_envelope(std::move(m));
       break;
-    }
-    case Job::Kind::kRevoke: {
-      wire::BatchGetRevokeT m;
-      m.node_id = s_.cfg.node_id;
-      m.generation = s_.generation;
-      items(m.items, get_item);
-      env = make_envelope(std::move(m));
-      break;
-    }
   }
   // T1: every attempt carries the same get ids; any reply for this identity settles the job.
   const uint64_t tok = s_.new_token(JobKind::kGet);
