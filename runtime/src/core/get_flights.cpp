@@ -11,7 +11,7 @@ uint64_t GetFlights::new_flight(const std::string& key, uint64_t batch, uint32_t
   Flight fl;
   fl.key = key;
   fl.interest = 1;
-  fl.wanted = wanted;
+  fl.wanted = wanted;  // Starting: fetchable once Started
   fl.batch = batch;
   fl.group = group;
   flights_.emplace(fid, std::move(fl));
@@ -59,6 +59,7 @@ void GetFlights::fail_flight(uint64_t flight_id, std::string why, bool revoke, M
     f.slot.reset();
   }
   f.phase = Phase::kFailed;
+  fetchable_.erase(flight_id);
   f.error = std::move(why);
   s_.counters.get_flights_failed_total++;
   erase_flight_if_done(flight_id);
@@ -85,8 +86,10 @@ GetFlights::TransferRound GetFlights::prepare_transfers(Millis now, Outbox& out)
   std::map<PeerKey, std::vector<uint64_t>> members;
   std::vector<std::pair<uint64_t, std::string>> failed;
   std::map<uint64_t, uint64_t> need;  // slot class -> bytes to make room for
-  for (auto& [fid, f] : flights_) {
-    if (f.phase != Phase::kStarted || !f.wanted || f.interest == 0) continue;
+  // Only the flights that may fetch now (Started and wanted), in id order: no scan of the others.
+  for (const uint64_t fid : std::vector<uint64_t>(fetchable_.begin(), fetchable_.end())) {
+    Flight& f = flights_.at(fid);
+    if (f.interest == 0) continue;
     if (!f.slot) {
       auto c = s_.pool.try_claim(f.len, 1);
       if (!c.ok()) {
@@ -105,6 +108,7 @@ GetFlights::TransferRound GetFlights::prepare_transfers(Millis now, Outbox& out)
     }
     s_.pool.begin_pending(*f.slot);
     f.phase = Phase::kFinishing;
+    fetchable_.erase(fid);
     const PeerKey k{f.source_node, f.source_generation, f.host, f.port};
     TransferBatch& b = batches[k];
     b.source_node = f.source_node;
@@ -265,6 +269,7 @@ GetFlights::JobSettled GetFlights::on_job_reply(uint64_t token, Envelope& reply,
         continue;
       }
       f.phase = Phase::kStarted;
+      if (f.wanted) fetchable_.insert(job.get_ids[i]);
       f.source_node = s.source_node;
       f.source_generation = s.source_generation;
       f.src_offset = s.offset;

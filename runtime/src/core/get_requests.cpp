@@ -85,7 +85,9 @@ bool GetFlights::get_start(uint64_t token, uint64_t session, wire::GetStartReqT&
     decide(pg, now, out);
     return remote;
   }
-  pending_gets_.emplace(next_pending_get_++, std::move(pg));
+  const uint64_t id = next_pending_get_++;
+  pending_deadlines_.emplace(pg.deadline, id);
+  pending_gets_.emplace(id, std::move(pg));
   return false;
 }
 
@@ -97,16 +99,22 @@ bool GetFlights::waits_for_master(const PendingGet& pg) const {
 
 bool GetFlights::serve_pending(Millis now, Outbox& out, bool expire) {
   std::vector<uint64_t> ready;
-  for (auto& [id, pg] : pending_gets_) {
-    const bool starting = waits_for_master(pg);
-    if (!starting || (expire && now >= pg.deadline)) {
-      if (starting) s_.counters.get_wait_timeouts_total++;
-      ready.push_back(id);
-    }
+  if (expire) {
+    // The clock: only the gets past their deadline. (A get whose flights all left Starting was
+    // decided when the master's answer moved them: no other step does.)
+    for (auto d = pending_deadlines_.begin(); d != pending_deadlines_.end() && d->first <= now; ++d)
+      ready.push_back(d->second);
+    std::sort(ready.begin(), ready.end());
+    for (uint64_t id : ready)
+      if (waits_for_master(pending_gets_.at(id))) s_.counters.get_wait_timeouts_total++;
+  } else {
+    for (auto& [id, pg] : pending_gets_)
+      if (!waits_for_master(pg)) ready.push_back(id);
   }
   for (uint64_t id : ready) {
     auto it = pending_gets_.find(id);
     PendingGet pg = std::move(it->second);
+    pending_deadlines_.erase({pg.deadline, id});
     pending_gets_.erase(it);
     decide(pg, now, out);
   }
@@ -183,7 +191,7 @@ void GetFlights::decide(PendingGet& pg, Millis now, Outbox& out) {
         h.holdings.push_back(local ? item.id : 0);
         h.flights.push_back(local ? 0 : item.id);
         h.lens.push_back(local ? item.len : 0);
-        if (!local) flights_.at(item.id).wanted = true;
+        if (!local) want(item.id);
       }
     }
     r.handle_id = next_handle_++;
@@ -346,6 +354,7 @@ void GetFlights::close_session(const Sessions::Session& s, uint64_t session, Mil
   for (auto p = pending_gets_.begin(); p != pending_gets_.end();) {
     if (p->second.session == session) {
       for (const auto& item : p->second.items) release_item(item, now, out);
+      pending_deadlines_.erase({p->second.deadline, p->first});
       p = pending_gets_.erase(p);
     } else {
       ++p;

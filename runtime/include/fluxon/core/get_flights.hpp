@@ -146,15 +146,23 @@ class GetFlights {
   void erase_flight_if_done(uint64_t flight_id);
   // Removes key's marker only if it is this flight's (a newer flight of the key keeps its own).
   void clear_marker(const std::string& key, uint64_t flight_id);
+  // A decided request retains the flight: it may fetch once Started.
+  void want(uint64_t flight_id) {
+    Flight& f = flights_.at(flight_id);
+    f.wanted = true;
+    if (f.phase == Phase::kStarted) fetchable_.insert(flight_id);
+  }
   void queue_job(Job job, Millis now, Outbox& out);
   void send_job(uint64_t job_id, Job& job, Millis now, Outbox& out);
 
   OwnerShared& s_;
   std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
   std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
+  std::set<uint64_t> fetchable_;                         // Started and wanted: a transfer may start
   RetryTable<Job> jobs_;
   Job start_buffer_{Job::Kind::kStart, {}, {}, {}, 0};  // leaders not yet sent (G9)
   std::map<uint64_t, PendingGet> pending_gets_;
+  std::set<std::pair<Millis, uint64_t>> pending_deadlines_;  // (deadline, pending get)
   std::unordered_map<uint64_t, Handle> handles_;
   std::set<std::pair<Millis, uint64_t>> handle_ttl_;     // (deadline, handle): the TTL without a scan
   std::unordered_set<uint64_t> waiting_handles_;         // handles with a parked get_transfer
