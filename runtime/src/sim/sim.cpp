@@ -90,6 +90,14 @@ void Cluster::Ports::fetch(TransferBatch transfer, bool fail, Millis delay) {
   });
 }
 
+// Like the actor's flush message: it runs after the events already due now (requests sent in the
+// same instant join the same BatchGetStart, G9).
+void Cluster::Ports::flush_soon() {
+  Cluster& c = c_;
+  const int owner = owner_;
+  c.schedule(0, [&c, owner] { c.owners_[owner].driver->flush(c.now_); });
+}
+
 std::vector<uint8_t> Cluster::read(int owner, uint64_t offset) const {
   auto it = owners_[owner].mem.find(offset);
   return it == owners_[owner].mem.end() ? std::vector<uint8_t>() : it->second;

@@ -91,7 +91,7 @@ class Cluster {
     void to_master(uint64_t token, SharedBytes bytes, Millis delay) override;
     void master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) override;
     void fetch(TransferBatch batch, bool fail, Millis delay) override;
-    void flush_soon() override {}  // the simulated mailbox is empty at every tick: tick() flushes
+    void flush_soon() override;
 
    private:
     Cluster& c_;
