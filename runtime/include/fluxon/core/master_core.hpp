@@ -111,6 +111,9 @@ class MasterCore {
   std::map<GetKey, EndedGet> ended_gets_;
   std::deque<std::pair<Millis, GetKey>> ended_order_;
   bool fenced(const std::string& key, uint32_t node_id) const;
+  // A route item's version: its origin's, or (origin_node 0) the publisher's own put.
+  static Version item_version(uint32_t origin_node, uint64_t origin_generation, uint64_t origin_put_id, uint32_t node,
+                              uint64_t generation, uint64_t put_id);
 
   Envelope put_done(const wire::PutDoneT& pd);
   Envelope get_start(const wire::BatchGetStartT& req, Millis now);
