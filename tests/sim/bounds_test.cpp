@@ -105,3 +105,45 @@ TEST_CASE("bounds: get_starts waiting for the master past pending_gets are decid
   REQUIRE(r1.body.AsGetStartReply());
   CHECK(r1.body.AsGetStartReply()->transferable_len == 1);
 }
+
+TEST_CASE("bounds: with handles unconsumed at the bound, get_start is refused before pinning anything") {
+  OwnerConfig cfg = small_owner();
+  cfg.limits.handles = 2;
+  sim::Cluster c(seed_from_env(807), cfg, 1);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  put_commit(c, 0, s, {"h0", "h1"});
+  auto g1 = get_start(c, 0, s, {"h0"}), g2 = get_start(c, 0, s, {"h1"});
+  REQUIRE(g1.body.AsGetStartReply());
+  REQUIRE(g2.body.AsGetStartReply());
+  const uint64_t holders = c.owner(0).stats().holders;
+  auto refused = get_start(c, 0, s, {"h0", "h1"});
+  CHECK(envelope_status(refused).code() == Code::kTimeout);
+  CHECK(envelope_status(refused).message().find("the bound") != std::string::npos);
+  CHECK(c.owner(0).stats().holders == holders);  // nothing pinned by the refused call
+  CHECK(c.owner(0).counters().handles_full_total == 1);
+  release_all(c, 0, s, *g1.body.AsGetStartReply());
+  c.run_for(1);
+  CHECK(get_start(c, 0, s, {"h0"}).body.AsGetStartReply());  // a consumed handle makes room
+}
+
+TEST_CASE("bounds: with removals at remove_jobs waiting for the master, capacity eviction pauses, counted") {
+  OwnerConfig cfg = small_owner();
+  cfg.dram_bytes = 1ull << 20;  // one grant of 256 slots
+  cfg.limits.remove_jobs = 1;
+  cfg.eviction_free_watermark = 0;
+  cfg.eviction_max_bytes_per_round = 4096;  // one cohort per round
+  sim::Cluster c(seed_from_env(810), cfg, 2);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  for (int i = 0; i < 256; ++i) put_live_routes(c, 0, s, {"e" + std::to_string(i)});
+  c.to_master.drop = 1.0;  // removals never come back
+  wire::PutStartReqT p;
+  p.keys = {"new0", "new1"};
+  p.value_len = 4096;
+  (void)c.send(0, s, make_envelope(std::move(p)));
+  c.run_for(100);
+  const auto& oc = c.owner(0).counters();
+  CHECK(oc.evicted_keys_total == 1);  // one round's cohort on its way, then the bound
+  CHECK(oc.eviction_paused_total > 0);
+}

@@ -716,3 +716,17 @@ TEST_CASE("G10: a leader whose reader dies before the master answers leaves no m
   REQUIRE(x.body.AsGetTransferReply());
   CHECK(c.read(1, x.body.AsGetTransferReply()->offsets[0]) == pattern("d0", 4096));
 }
+
+TEST_CASE("bounds: with replica retries at their bound, a failed replica fetch is final, counted") {
+  OwnerConfig cfg = small_owner();
+  cfg.limits.replica_retries = 0;
+  sim::Cluster c(seed_from_env(809), cfg, 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  c.data.drop = 1.0;  // every fetch fails
+  put_opts(c, 0, s, {"rr0", "rr1"}, true, false);
+  REQUIRE(c.run_until([&] { return c.owner(2).counters().replica_failed_total == 2; }, 20000));
+  CHECK(c.owner(2).counters().replica_retries_total == 0);
+  CHECK(c.owner(2).counters().replica_retries_full_total == 2);
+  CHECK(c.owner(2).local_state("rr0") == 0);
+}

@@ -339,3 +339,19 @@ TEST_CASE("T1 G6: a get id is answered once - a late duplicate of an ended or re
   g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, "a", 1}));
   CHECK(m.handle(make_envelope(std::move(g))).body.AsBatchGetStartReply()->items[0]->status == S::Started);
 }
+
+TEST_CASE("bounds: with write-backs at their bound, a cohort the hot tier evicts stays here uncopied, counted") {
+  OwnerConfig cfg = hot_owner(true);
+  cfg.limits.writebacks = 0;
+  sim::Cluster c(seed_from_env(808), cfg, 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  (void)fill(c, s);
+  c.run_for(500);
+  const auto& oc = c.owner(0).counters();
+  CHECK(oc.hot_evicted_keys_total > 0);
+  CHECK(oc.writebacks_full_total > 0);
+  CHECK(oc.writeback_cohorts_total == 0);  // nothing queued past the bound
+  CHECK(oc.demoted_keys_total == 0);       // and nothing dropped: the entries stay
+  CHECK(c.owner(0).writebacks_pending() == 0);
+}
