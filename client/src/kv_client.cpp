@@ -108,6 +108,13 @@ struct KvClient::Impl {
   bool stop_flusher = false;
   std::thread flusher;
 
+  // The core is touched under the lock only.
+  template <class F>
+  auto locked(F&& f) {
+    std::lock_guard<std::mutex> g(m);
+    return f();
+  }
+
   static Millis now() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   }
@@ -376,42 +383,30 @@ Result<std::vector<SegmentInfo>> KvClient::wait_local_segments_ready() {
 Result<uint64_t> KvClient::local_fast_put_start(const std::vector<std::string>& keys, int64_t value_len,
                                                 const PutOptionalArgs& opts) {
   FLUXON_CALL("local_fast_put_start");
-  FLUXON_TRY_CORE(req, impl_->core.put_start(keys, value_len, opts));
+  FLUXON_TRY_CORE(req, impl_->locked([&] { return impl_->core.put_start(keys, value_len, opts); }));
   FLUXON_TRY_CORE(c, impl_->current());
   FLUXON_TRY_CORE(r, impl_->call(*c, std::move(*req)));
   std::vector<std::pair<uint64_t, uint64_t>> touched;
-  Result<uint64_t> plan = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    plan = impl_->core.put_started(**r, keys.size(), uint64_t(value_len), &touched);
-  }
+  auto plan = impl_->locked([&] { return impl_->core.put_started(**r, keys.size(), uint64_t(value_len), &touched); });
   for (auto [off, len] : touched) (*c)->ensure_populated(off, len);
   return plan;
 }
 
 Result<KvFuture> KvClient::local_fast_put_commit(uint64_t plan_ptr) {
   FLUXON_CALL("local_fast_put_commit");
-  Result<ClientCore::Plan> p = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    p = impl_->core.take_plan(plan_ptr, true, "local_fast_put_commit");
-  }
-  if (!p.ok()) return p.status();
+  FLUXON_TRY_CORE(p, impl_->locked([&] { return impl_->core.take_plan(plan_ptr, true, "local_fast_put_commit"); }));
   FLUXON_TRY_CORE(c, impl_->current());
   auto st = std::make_shared<KvFuture::State>();
   st->put_id = p->put_id;
-  Result<Envelope> req = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
+  FLUXON_TRY_CORE(req, impl_->locked([&] {
     const uint64_t id = impl_->next_future++;
-    req = impl_->core.put_commit(*p, id);
+    auto req = impl_->core.put_commit(*p, id);
     if (req.ok()) impl_->futures.emplace(id, st);
-  }
-  if (!req.ok()) return req.status();
+    return req;
+  }));
   auto r = impl_->call(*c, std::move(*req));
   if (!r.ok()) {
-    std::lock_guard<std::mutex> g(impl_->m);
-    impl_->core.commit_failed(*p);
+    impl_->locked([&] { impl_->core.commit_failed(*p); });
     return r.status();
   }
   return KvFuture(st);
@@ -419,19 +414,9 @@ Result<KvFuture> KvClient::local_fast_put_commit(uint64_t plan_ptr) {
 
 Status KvClient::put_abort(uint64_t plan_ptr) {
   FLUXON_CALL("put_abort");
-  Result<ClientCore::Plan> p = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    p = impl_->core.take_plan(plan_ptr, true, "put_abort");
-  }
-  if (!p.ok()) return p.status();
+  FLUXON_TRY_CORE(p, impl_->locked([&] { return impl_->core.take_plan(plan_ptr, true, "put_abort"); }));
   FLUXON_TRY_CORE(c, impl_->current());
-  Result<Envelope> req = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    req = impl_->core.put_abort(*p);
-  }
-  if (!req.ok()) return req.status();
+  FLUXON_TRY_CORE(req, impl_->locked([&] { return impl_->core.put_abort(*p); }));
   auto r = impl_->call(*c, std::move(*req));
   return r.ok() ? Status::ok() : r.status();
 }
@@ -440,28 +425,18 @@ Result<std::pair<uint64_t, GetStartResult>> KvClient::get_start(const std::vecto
                                                                 bool prefix_best_effort,
                                                                 const std::optional<std::vector<uint32_t>>& groups) {
   FLUXON_CALL("get_start");
-  FLUXON_TRY_CORE(req, impl_->core.get_start(keys, prefix_best_effort, groups));
+  FLUXON_TRY_CORE(req, impl_->locked([&] { return impl_->core.get_start(keys, prefix_best_effort, groups); }));
   FLUXON_TRY_CORE(c, impl_->current());
   const Millis sent = Impl::now();
   FLUXON_TRY_CORE(r, impl_->call(*c, std::move(*req)));
-  std::lock_guard<std::mutex> g(impl_->m);
-  return impl_->core.get_started(**r, keys.size(), groups, sent);
+  return impl_->locked([&] { return impl_->core.get_started(**r, keys.size(), groups, sent); });
 }
 
 Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> consume_prefix_len) {
   FLUXON_CALL("get_transfer");
-  Result<ClientCore::Transfer> t = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    t = impl_->core.take_handle(handle, consume_prefix_len);
-  }
-  if (!t.ok()) return t.status();
+  FLUXON_TRY_CORE(t, impl_->locked([&] { return impl_->core.take_handle(handle, consume_prefix_len); }));
   FLUXON_TRY_CORE(c, impl_->current());
-  Status s;
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    s = impl_->core.begin_transfer(*t, Impl::now());
-  }
+  const Status s = impl_->locked([&] { return impl_->core.begin_transfer(*t, Impl::now()); });
   impl_->acks_queued();
   if (!s.is_ok()) return s;
   std::unique_ptr<Envelope> reply;
@@ -470,11 +445,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
     reply = std::move(*r);
   }
   std::vector<std::pair<uint64_t, uint64_t>> touched;
-  Result<uint64_t> plan = Status::ok();
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    plan = impl_->core.finish_transfer(*t, reply.get(), &touched);
-  }
+  auto plan = impl_->locked([&] { return impl_->core.finish_transfer(*t, reply.get(), &touched); });
   impl_->acks_queued();
   for (auto [off, len] : touched) (*c)->ensure_populated(off, len);
   return plan;
@@ -482,11 +453,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
 
 Status KvClient::cancel_get_transfer(uint64_t handle) {
   FLUXON_CALL("cancel_get_transfer");
-  Status s;
-  {
-    std::lock_guard<std::mutex> g(impl_->m);
-    s = impl_->core.cancel(handle);
-  }
+  const Status s = impl_->locked([&] { return impl_->core.cancel(handle); });
   impl_->acks_queued();
   return s;
 }
@@ -509,7 +476,7 @@ Result<ExistsResult> KvClient::exists_prefix(const std::vector<std::string>& key
                                              uint64_t expected_len, const std::string& key_prefix,
                                              const std::string& key_suffix) {
   FLUXON_CALL("exists_prefix");
-  FLUXON_TRY_CORE(req, impl_->core.exists(keys, groups, expected_len, key_prefix, key_suffix));
+  FLUXON_TRY_CORE(req, impl_->locked([&] { return impl_->core.exists(keys, groups, expected_len, key_prefix, key_suffix); }));
   FLUXON_TRY_CORE(c, impl_->current());
   FLUXON_TRY_CORE(r, impl_->call(*c, std::move(*req)));
   return ClientCore::exists_answer(**r, keys.size());

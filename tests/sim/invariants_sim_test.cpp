@@ -21,11 +21,11 @@ TEST_CASE("V1: with the master delayed, a same-owner get hits right after commit
     CHECK(r->transferable_len == 8);
     CHECK(r->holding_ids.size() == 8);
     CHECK(c.owner(0).local_state("v1-0") == 1);  // pending local visible, not live
-    CHECK(c.take_put_live(s).empty());           // the future is not done
+    CHECK(c.take_put_live(0, s).empty());           // the future is not done
     release_all(c, 0, s, *r);
     REQUIRE(c.run_until([&] { return c.master().route_count() == 8; }, 20000));
     REQUIRE(c.run_until([&] { return c.owner(0).local_state("v1-0") == 2; }, 20000));
-    auto live = c.take_put_live(s);
+    auto live = c.take_put_live(0, s);
     REQUIRE(live.size() == 1);
     CHECK(live[0].error == nullptr);
   }
@@ -61,10 +61,10 @@ TEST_CASE("V3: Committed(route_live) waits for the master route and the future f
   CHECK(st.slots_committed == 0);
   c.run_for(399);
   CHECK(c.owner(0).stats().slots_committed == 0);
-  CHECK(c.take_put_live(s).empty());
+  CHECK(c.take_put_live(0, s).empty());
   REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 4; }, 2000));
   CHECK(c.master().route_count() == 4);
-  CHECK(c.take_put_live(s).size() == 1);
+  CHECK(c.take_put_live(0, s).size() == 1);
 }
 
 TEST_CASE("T1: lost and duplicated PutDone requests/replies converge to one route and one slot per key") {
@@ -86,7 +86,7 @@ TEST_CASE("T1: lost and duplicated PutDone requests/replies converge to one rout
     CHECK(st.slots_prepared == 0);
     CHECK(st.routes == 160);
     CHECK(st.publish_jobs == 0);
-    CHECK(c.take_put_live(s).size() == 10);  // exactly one terminal note per batch
+    CHECK(c.take_put_live(0, s).size() == 10);  // exactly one terminal note per batch
     CHECK(c.messages_dropped() > 0);
     CHECK(c.messages_duplicated() > 0);
     // Every route names the version the owner holds.
@@ -170,9 +170,9 @@ TEST_CASE("T1: a restarted master gets every live route back from its owners") {
   CHECK(c.master().route_put_id("rs0-2-3") == 3);
   CHECK(c.owner(0).stats().slots_committed == 32);
   CHECK(c.owner(0).stats().routes == 32);
-  // One note per batch and none for the re-publication (both owners number their sessions from 1).
-  CHECK(s0 == s1);
-  CHECK(c.take_put_live(s0).size() == 5);
+  // One note per batch and none for the re-publication, on each owner.
+  CHECK(c.take_put_live(0, s0).size() == 4);
+  CHECK(c.take_put_live(1, s1).size() == 1);
 }
 
 TEST_CASE("S2 across a master restart: a key removed while its re-publication is in flight stays removed") {

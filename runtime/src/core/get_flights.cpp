@@ -176,6 +176,7 @@ void GetFlights::flush(Millis now, Outbox& out) {
 std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& keys, Millis now, Outbox& out) {
   Job start{Job::Kind::kStart, {}, {}, {}, 0};
   std::vector<uint64_t> ids;
+  if (keys.empty()) return ids;
   const uint64_t batch = s_.new_local_id();
   for (const auto& key : keys) {
     const uint64_t fid = new_flight(key, batch, uint32_t(start.keys.size()), /*wanted=*/true);
@@ -183,7 +184,6 @@ std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& key
     start.get_ids.push_back(fid);
     start.keys.push_back(key);
   }
-  if (start.keys.empty()) return ids;
   s_.counters.get_flights_started_total += start.keys.size();
   s_.counters.get_master_batches_total++;
   queue_job(std::move(start), now, out);

@@ -2,12 +2,6 @@
 
 namespace fluxon {
 
-void OwnerDriver::start(Millis now) {
-  if (!master_up_) return;
-  core_.start(now, out_);
-  drain();
-}
-
 void OwnerDriver::master_up(Millis now, bool reconnected) {
   master_up_ = true;
   if (reconnected) core_.on_master_reconnected(now, out_);

@@ -174,17 +174,6 @@ void Cluster::note(int owner, uint64_t session, Envelope n) {
   owners_[owner].driver->on_client_note(**dec, now_);
 }
 
-std::vector<wire::PutLiveT> Cluster::take_put_live(uint64_t session) {
-  std::vector<wire::PutLiveT> r;
-  for (auto& o : owners_) {
-    auto it = o.notes.find(session);
-    if (it == o.notes.end()) continue;
-    for (auto& n : it->second) r.push_back(std::move(n));
-    it->second.clear();
-  }
-  return r;
-}
-
 std::vector<wire::PutLiveT> Cluster::take_put_live(int owner, uint64_t session) {
   auto it = owners_[owner].notes.find(session);
   if (it == owners_[owner].notes.end()) return {};

@@ -80,7 +80,6 @@ class GetFlights {
   void drop_interest(uint64_t flight_id, Millis now, Outbox& out);
 
   void fill_stats(OwnerStats& r) const;
-  size_t handles() const { return handles_.size(); }
 
  private:
   struct Flight {

@@ -102,7 +102,6 @@ class OwnerCore {
   void evict_for(RoomNeeded room, Millis now, Outbox& out);
   void keep_free(Millis now, Outbox& out);
   void evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out);
-  bool fetching(const std::string& key) const { return gets_.fetching(key); }
 
   OwnerShared s_;
   std::string segment_name_;

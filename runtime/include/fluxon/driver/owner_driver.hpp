@@ -47,7 +47,6 @@ class OwnerDriver {
   OwnerCore& core() { return core_; }
   const FaultPoints& faults() const { return faults_; }
 
-  void start(Millis now);
   // A client request: the token its reply will carry (reply() of the ports), then the call.
   uint64_t begin_request(uint64_t session);
   void on_client_request(uint64_t token, Envelope& req, Millis now);
@@ -63,7 +62,6 @@ class OwnerDriver {
   // The link to the master is up (at start, or again after a reconnect) or down.
   void master_up(Millis now, bool reconnected);
   void master_down() { master_up_ = false; }
-  bool master_is_up() const { return master_up_; }
   void on_transfer_done(uint64_t id, const Status& result, Millis now);
   void flush(Millis now);
   void tick(Millis now);

@@ -53,8 +53,7 @@ class Cluster {
   // A request whose reply is collected later: requests that overlap in time.
   uint64_t send(int owner, uint64_t session, Envelope req);
   Envelope wait(uint64_t token, Millis limit = 120000);
-  // PutLive notes delivered to a session so far.
-  std::vector<wire::PutLiveT> take_put_live(uint64_t session);  // of every owner's session `session`
+  // PutLive notes delivered to owner's session so far (session ids are per owner).
   std::vector<wire::PutLiveT> take_put_live(int owner, uint64_t session);
 
   // The master process dies and a fresh one (no state) takes its place; owners reconnect.
