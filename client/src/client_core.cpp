@@ -49,7 +49,7 @@ Result<uint64_t> ClientCore::put_started(const Envelope& reply, size_t n, uint64
   Plan p;
   p.is_put = true;
   p.put_id = rep->put_id;
-  p.generation = owner_.generation;
+  p.at = here();
   p.blob.reset(new uint64_t[2 + 2 * n]);
   p.blob[0] = kPlanMagic;
   p.blob[1] = n;
@@ -80,17 +80,17 @@ Result<ClientCore::Plan> ClientCore::take_plan(uint64_t plan_ptr, bool want_put,
 }
 
 Result<Envelope> ClientCore::put_commit(const Plan& p, uint64_t future) {
-  if (p.generation != owner_.generation)
+  if (p.at.id != owner_.link)
     return Status(Code::kGenerationMismatch, "local_fast_put_commit: the plan belongs to an old owner generation");
   // Registered before the request: the PutLive note may overtake the reply.
-  futures_[{p.generation, p.put_id}] = future;
+  futures_[{p.at.id, p.put_id}] = future;
   return make_envelope(wire::PutCommitReqT{{}, p.put_id});
 }
 
-void ClientCore::commit_failed(const Plan& p) { futures_.erase({p.generation, p.put_id}); }
+void ClientCore::commit_failed(const Plan& p) { futures_.erase({p.at.id, p.put_id}); }
 
 Result<Envelope> ClientCore::put_abort(const Plan& p) const {
-  if (p.generation != owner_.generation)
+  if (p.at.id != owner_.link)
     return Status(Code::kGenerationMismatch, "put_abort: the plan belongs to an old owner generation");
   return make_envelope(wire::PutAbortReqT{{}, p.put_id});
 }
@@ -117,7 +117,7 @@ Result<std::pair<uint64_t, GetStartResult>> ClientCore::get_started(const Envelo
   if (!rep) return Status(Code::kInternal, "get_start: malformed reply from the owner");
   Handle h;
   h.owner_handle = rep->handle_id;
-  h.generation = owner_.generation;
+  h.at = here();
   h.result.raw_prefix_hit_len = rep->raw_prefix_hit_len;
   h.result.transferable_len = rep->transferable_len;
   h.result.prefix_hit_groups = rep->prefix_hit_groups;
@@ -163,7 +163,7 @@ Result<ClientCore::Transfer> ClientCore::take_handle(uint64_t handle, std::optio
   handles_.erase(it);
   Transfer t;
   t.owner_handle = h.owner_handle;
-  t.generation = h.generation;
+  t.at = h.at;
   t.transferable_len = tl;
   t.consume = consume_prefix_len ? uint32_t(*consume_prefix_len) : tl;
   t.owner_rpc = h.result.owner_rpc;
@@ -175,10 +175,10 @@ Result<ClientCore::Transfer> ClientCore::take_handle(uint64_t handle, std::optio
 }
 
 Status ClientCore::begin_transfer(Transfer& t, Millis now) {
-  if (t.generation != owner_.generation)
+  if (t.at.id != owner_.link)
     return Status(Code::kGenerationMismatch, "get_transfer: the handle belongs to an old owner generation");
   if (now > t.deadline) {
-    queue_ack(t.generation, t.owner_handle, std::move(t.holdings), true);
+    queue_ack(t.at, t.owner_handle, std::move(t.holdings), true);
     return Status(Code::kTimeout, "get_transfer: the handle outlived its TTL and was released");
   }
   if (t.transferable_len == 0) return Status(Code::kKeyNotFound, "get_transfer: nothing to transfer (first key missed)");
@@ -201,13 +201,13 @@ Result<uint64_t> ClientCore::finish_transfer(Transfer& t, const Envelope* reply,
   }
   Plan p;
   p.is_put = false;
-  p.generation = t.generation;
+  p.at = t.at;
   p.blob.reset(new uint64_t[2 + 2 * size_t(consume)]);
   p.blob[0] = kPlanMagic;
   p.blob[1] = consume;
   for (uint32_t i = 0; i < consume; ++i) {
     if (t.offsets[i] + t.lens[i] > owner_.size) {
-      queue_ack(t.generation, t.owner_handle, std::move(t.holdings), !t.owner_rpc);
+      queue_ack(t.at, t.owner_handle, std::move(t.holdings), !t.owner_rpc);
       return Status(Code::kInternal, "get_transfer: holding outside the mapped segment");
     }
     p.blob[2 + i] = reinterpret_cast<uint64_t>(owner_.base + t.offsets[i]);
@@ -218,7 +218,7 @@ Result<uint64_t> ClientCore::finish_transfer(Transfer& t, const Envelope* reply,
   p.holdings.assign(t.holdings.begin(), t.holdings.begin() + consume);
   // Tail holdings go back at once (G5), in the batched acknowledgements. An OwnerRpc handle was
   // consumed by the owner with the reply (its tail released there).
-  if (!t.owner_rpc) queue_ack(t.generation, t.owner_handle, std::move(tail), true);
+  if (!t.owner_rpc) queue_ack(t.at, t.owner_handle, std::move(tail), true);
   return register_plan(std::move(p));
 }
 
@@ -228,12 +228,12 @@ Status ClientCore::cancel(uint64_t handle) {
     return invalid_argument("cancel_get_transfer: unknown or consumed handle " + std::to_string(handle));
   Handle h = std::move(it->second);
   handles_.erase(it);
-  if (h.owner_handle != 0) queue_ack(h.generation, h.owner_handle, std::move(h.holdings), true);
+  if (h.owner_handle != 0) queue_ack(h.at, h.owner_handle, std::move(h.holdings), true);
   return Status::ok();
 }
 
 void ClientCore::release_views(Plan&& p) {
-  if (!p.holdings.empty()) queue_ack(p.generation, 0, std::move(p.holdings), false);
+  if (!p.holdings.empty()) queue_ack(p.at, 0, std::move(p.holdings), false);
 }
 
 // ---- questions ----------------------------------------------------------------------------------
@@ -267,10 +267,10 @@ Result<ExistsResult> ClientCore::exists_answer(const Envelope& reply, size_t n) 
 
 // ---- notes, acknowledgements, losses ------------------------------------------------------------
 
-std::vector<std::pair<uint64_t, Status>> ClientCore::on_note(uint64_t generation, const Envelope& note) {
+std::vector<std::pair<uint64_t, Status>> ClientCore::on_note(uint64_t link, const Envelope& note) {
   std::vector<std::pair<uint64_t, Status>> done;
   if (auto* live = note.body.AsPutLive()) {
-    auto it = futures_.find({generation, live->put_id});
+    auto it = futures_.find({link, live->put_id});
     if (it == futures_.end()) return done;
     done.emplace_back(it->second, live->error ? from_wire(*live->error) : Status::ok());
     futures_.erase(it);
@@ -278,22 +278,19 @@ std::vector<std::pair<uint64_t, Status>> ClientCore::on_note(uint64_t generation
   return done;
 }
 
-std::vector<std::pair<uint64_t, Status>> ClientCore::lose(uint64_t generation, const Status& why) {
+std::vector<std::pair<uint64_t, Status>> ClientCore::lose(uint64_t link, const Status& why) {
   std::vector<std::pair<uint64_t, Status>> done;
-  for (auto it = futures_.lower_bound({generation, 0}); it != futures_.end() && it->first.first == generation;) {
+  for (auto it = futures_.lower_bound({link, 0}); it != futures_.end() && it->first.first == link;) {
     done.emplace_back(it->second, why);
     it = futures_.erase(it);
   }
   return done;
 }
 
-void ClientCore::queue_ack(uint64_t generation, uint64_t handle, std::vector<uint64_t> release, bool handle_done) {
-  // One batch per owner generation and session: a batch of another one is sealed first.
-  if ((acks_generation_ != generation || acks_session_ != owner_.session) &&
-      (!acks_.handles.empty() || !acks_.release.empty()))
-    seal_acks();
-  acks_generation_ = generation;
-  acks_session_ = owner_.session;
+void ClientCore::queue_ack(const Link& at, uint64_t handle, std::vector<uint64_t> release, bool handle_done) {
+  // One batch per connection (its session, its owner generation): a batch of another is sealed first.
+  if (acks_at_.id != at.id && (!acks_.handles.empty() || !acks_.release.empty())) seal_acks();
+  acks_at_ = at;
   if (handle_done) {
     auto hd = std::make_unique<wire::HandleDoneT>();
     hd->handle_id = handle;
@@ -307,7 +304,7 @@ void ClientCore::queue_ack(uint64_t generation, uint64_t handle, std::vector<uin
 
 void ClientCore::seal_acks() {
   if (acks_.handles.empty() && acks_.release.empty()) return;
-  ready_.push_back(Acks{acks_generation_, make_envelope(std::move(acks_), acks_session_, acks_generation_)});
+  ready_.push_back(Acks{acks_at_, make_envelope(std::move(acks_), acks_at_.session, acks_at_.generation)});
   acks_ = wire::AckBatchT{};
 }
 
@@ -322,11 +319,11 @@ size_t ClientCore::put_plans() const {
   return size_t(std::count_if(plans_.begin(), plans_.end(), [](const auto& p) { return p.second.is_put; }));
 }
 
-bool ClientCore::references(uint64_t generation) const {
+bool ClientCore::references(uint64_t link) const {
   for (const auto& [_, p] : plans_)
-    if (p.generation == generation) return true;
+    if (p.at.id == link) return true;
   for (const auto& [_, h] : handles_)
-    if (h.generation == generation) return true;
+    if (h.at.id == link) return true;
   return false;
 }
 

@@ -60,13 +60,15 @@ Status KvFuture::result(double timeout_s) const {
 uint64_t KvFuture::put_id() const { return s_->put_id; }
 
 // ---- KvClient ---------------------------------------------------------------------------------
-// The shell around ClientCore: the owner link and the segment mapping of each owner generation,
+// The shell around ClientCore: the owner link and the segment mapping of each connection,
 // the futures' waits, the acknowledgement flusher thread, and the lock that serialises the core.
 
 namespace {
 
 // One connection to one owner generation: the link and the mapping of that generation's segment.
+// Plans and handles name the connection they came from (its serial): its mapping stays while they do.
 struct Conn {
+  uint64_t serial = 0;
   std::unique_ptr<OwnerLink> link;
   std::shared_ptr<Segment> mapping;
   uint64_t generation = 0;
@@ -98,7 +100,8 @@ struct KvClient::Impl {
   std::mutex m;          // guards the core, the connections and the futures; never held across a call
   ClientCore core{0};
   std::shared_ptr<Conn> conn;                              // the attached owner's
-  std::map<uint64_t, std::shared_ptr<Conn>> old_conns;     // generations plans or handles still name
+  std::map<uint64_t, std::shared_ptr<Conn>> old_conns;     // serial -> earlier connection plans or handles name
+  uint64_t next_serial = 1;
   std::unordered_map<uint64_t, std::shared_ptr<KvFuture::State>> futures;  // future id -> its state
   uint64_t next_future = 1;
   bool closed = false;
@@ -135,6 +138,7 @@ struct KvClient::Impl {
 
   Status connect() {
     auto c = std::make_shared<Conn>();
+    c->serial = locked([&] { return next_serial++; });  // before the link's callbacks can run
     std::weak_ptr<Conn> weak = c;
     LinkCallbacks cb;
     cb.on_note = [this, weak](Envelope& env) {
@@ -143,7 +147,7 @@ struct KvClient::Impl {
       std::vector<std::pair<uint64_t, Status>> done;
       {
         std::lock_guard<std::mutex> g(m);
-        done = core.on_note(c->generation, env);
+        done = core.on_note(c->serial, env);
       }
       complete(std::move(done));
     };
@@ -162,9 +166,9 @@ struct KvClient::Impl {
     if (!seg.ok()) return seg.status();
     c->mapping = std::move(seg.value());
     std::lock_guard<std::mutex> g(m);
-    if (conn && conn->generation != c->generation) old_conns[conn->generation] = conn;
+    if (conn) old_conns[conn->serial] = conn;
     conn = c;
-    core.attach(ClientCore::OwnerView{c->generation, info.session_id, info.node_id, info.get_handle_ttl_ms,
+    core.attach(ClientCore::OwnerView{c->serial, c->generation, info.session_id, info.node_id, info.get_handle_ttl_ms,
                                       c->mapping->base(), c->mapping->size()});
     prune_locked();
     return Status::ok();
@@ -174,12 +178,12 @@ struct KvClient::Impl {
     std::vector<std::pair<uint64_t, Status>> done;
     {
       std::lock_guard<std::mutex> g(m);
-      done = core.lose(c.generation, why);
+      done = core.lose(c.serial, why);
     }
     complete(std::move(done));
   }
 
-  // Old generations' connections go once no plan or handle names them.
+  // Earlier connections go once no plan or handle names them.
   void prune_locked() {
     std::erase_if(old_conns, [&](const auto& e) { return !core.references(e.first); });
   }
@@ -240,9 +244,9 @@ struct KvClient::Impl {
       std::lock_guard<std::mutex> g(m);
       batches = core.take_acks(flush);
       for (const auto& b : batches) {
-        std::shared_ptr<Conn> c = conn && conn->generation == b.generation ? conn : nullptr;
+        std::shared_ptr<Conn> c = conn && conn->serial == b.at.id ? conn : nullptr;
         if (!c)
-          if (auto o = old_conns.find(b.generation); o != old_conns.end()) c = o->second;
+          if (auto o = old_conns.find(b.at.id); o != old_conns.end()) c = o->second;
         to.push_back(std::move(c));
       }
       prune_locked();

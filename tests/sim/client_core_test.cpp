@@ -19,7 +19,7 @@ class SimClient {
   SimClient(sim::Cluster& c, int owner) : c_(c), owner_(owner), core_(/*max_wait_ms=*/0) {
     arena_.reset(new uint8_t[kArena]);
     const uint64_t session = c.open_session(owner);
-    core_.attach(ClientCore::OwnerView{c.owner(owner).generation(), session, c.owner(owner).node_id(),
+    core_.attach(ClientCore::OwnerView{/*link=*/1, c.owner(owner).generation(), session, c.owner(owner).node_id(),
                                        /*handle_ttl_ms=*/1000, arena_.get(), kArena});
     core_.acknowledge();
   }
@@ -89,7 +89,7 @@ class SimClient {
   // Each future settles once; `settled` counts them, `refused` those the master refused.
   void take_notes(uint64_t& settled, uint64_t& refused) {
     for (auto& live : c_.take_put_live(owner_, core_.owner().session))
-      for (auto& [future, st] : core_.on_note(core_.owner().generation, make_envelope(std::move(live)))) {
+      for (auto& [future, st] : core_.on_note(core_.owner().link, make_envelope(std::move(live)))) {
         CHECK(pending_.erase(future) == 1);
         settled++;
         refused += !st.is_ok();
@@ -193,10 +193,10 @@ TEST_CASE("whole cluster with client cores: V1 V3 G5 T1 - puts, reads, cancels a
 TEST_CASE("client core: the generation gate refuses a stale mapping until it is acknowledged") {
   ClientCore core(0);
   uint8_t arena[64];
-  core.attach({7, 1, 1, 1000, arena, sizeof(arena)});
+  core.attach({1, 7, 1, 1, 1000, arena, sizeof(arena)});
   core.acknowledge();
   CHECK(core.gate().is_ok());
-  core.attach({8, 2, 1, 1000, arena, sizeof(arena)});  // the owner restarted
+  core.attach({2, 8, 2, 1, 1000, arena, sizeof(arena)});  // the owner restarted: a new connection
   CHECK(core.gate().code() == Code::kGenerationMismatch);
   core.acknowledge();
   CHECK(core.gate().is_ok());
@@ -211,7 +211,50 @@ TEST_CASE("client core: the generation gate refuses a stale mapping until it is 
   }
   auto acks = core.take_acks(false);
   REQUIRE(acks.size() == 1);
-  CHECK(acks[0].generation == 8);
+  CHECK(acks[0].at.id == 2);
+  CHECK(acks[0].note.generation == 8);
   CHECK(acks[0].note.session_id == 2);
   CHECK(acks[0].note.body.AsAckBatch()->handles.size() == ClientCore::kAckBatch);
+}
+
+TEST_CASE("client core: a plan names its connection - after a session reset to the same generation it is refused, its views acknowledged to its own session") {
+  ClientCore core(0);
+  uint8_t arena[2 * 4096];
+  core.attach({1, 7, 11, 1, 1000, arena, sizeof(arena)});
+  core.acknowledge();
+  wire::PutStartReplyT ps;
+  ps.put_id = 5;
+  ps.offsets = {0};
+  auto put = core.put_started(make_envelope(std::move(ps)), 1, 4096, nullptr);
+  REQUIRE(put.ok());
+  wire::GetStartReplyT gs;
+  gs.transferable_len = 1;
+  gs.handle_id = 3;
+  gs.offsets = {4096};
+  gs.lens = {4096};
+  gs.holding_ids = {9};
+  auto got = core.get_started(make_envelope(std::move(gs)), 1, std::nullopt, 0);
+  REQUIRE(got.ok());
+  auto t = core.take_handle(got->first, std::nullopt);
+  REQUIRE(t.ok());
+  REQUIRE(core.begin_transfer(*t, 0).is_ok());
+  auto read = core.finish_transfer(*t, nullptr, nullptr);
+  REQUIRE(read.ok());
+  (void)core.take_acks(true);
+  // The owner did not answer in time: the shell gave the session up and opened another one to the
+  // same owner generation. The old connection's mapping stays while its plans exist.
+  core.attach({2, 7, 12, 1, 1000, arena, sizeof(arena)});
+  CHECK(core.gate().is_ok());
+  CHECK(core.references(1));
+  auto p = core.take_plan(*put, true, "commit");
+  REQUIRE(p.ok());
+  CHECK(core.put_commit(*p, 1).status().code() == Code::kGenerationMismatch);
+  auto r = core.take_plan(*read, false, "release_views");
+  REQUIRE(r.ok());
+  core.release_views(std::move(*r));
+  auto acks = core.take_acks(true);
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].at.id == 1);
+  CHECK(acks[0].note.session_id == 11);  // the holding is the old session's
+  CHECK_FALSE(core.references(1));
 }

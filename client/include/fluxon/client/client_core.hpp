@@ -54,8 +54,14 @@ struct GetStartResult : PrefixResult {
 
 class ClientCore {
  public:
+  // One connection of the shell (its own id), the session it opened and the owner generation:
+  // what a plan, a handle or an acknowledgement belongs to.
+  struct Link {
+    uint64_t id = 0, session = 0, generation = 0;
+  };
   // The owner a connection reached and where this process mapped its segment.
   struct OwnerView {
+    uint64_t link = 0;  // the shell's connection id
     uint64_t generation = 0, session = 0;
     uint32_t node_id = 0, handle_ttl_ms = 0;
     uint8_t* base = nullptr;
@@ -64,16 +70,17 @@ class ClientCore {
   // A get_transfer in two steps: begin (the handle leaves the registry; for remote keys, the
   // request to send), then finish with the owner's reply (or none: every item was local).
   struct Transfer {
-    uint64_t owner_handle = 0, generation = 0;
+    uint64_t owner_handle = 0;
+    Link at;
     uint32_t consume = 0, transferable_len = 0;
     bool owner_rpc = false;
     std::vector<uint64_t> offsets, lens, holdings;
     Millis deadline = 0;
     std::optional<Envelope> request;
   };
-  // A batch of acknowledgements to send to the owner generation it belongs to.
+  // A batch of acknowledgements to send over the connection it belongs to (at.id).
   struct Acks {
-    uint64_t generation = 0;
+    Link at;
     Envelope note;
   };
   static constexpr size_t kAckBatch = 256;  // acknowledgements per note (a full batch goes at once)
@@ -100,7 +107,8 @@ class ClientCore {
   struct Plan {
     bool is_put = false;
     std::unique_ptr<uint64_t[]> blob;
-    uint64_t put_id = 0, generation = 0;
+    uint64_t put_id = 0;
+    Link at;
     std::vector<uint64_t> holdings;
   };
   Result<Plan> take_plan(uint64_t plan_ptr, bool want_put, const char* op);
@@ -133,10 +141,10 @@ class ClientCore {
   static Result<ExistsResult> exists_answer(const Envelope& reply, size_t n);
 
   // ---- notes, acknowledgements, losses
-  // A note from the owner of `generation`: the futures it completes (shell id, outcome).
-  std::vector<std::pair<uint64_t, Status>> on_note(uint64_t generation, const Envelope& note);
-  // The owner of `generation` is gone (or its session given up): its futures fail with `why`.
-  std::vector<std::pair<uint64_t, Status>> lose(uint64_t generation, const Status& why);
+  // A note that came over connection `link`: the futures it completes (shell id, outcome).
+  std::vector<std::pair<uint64_t, Status>> on_note(uint64_t link, const Envelope& note);
+  // Connection `link` is gone (or its session given up): its futures fail with `why`.
+  std::vector<std::pair<uint64_t, Status>> lose(uint64_t link, const Status& why);
   // Batches ready to send (a full one, or everything with flush).
   std::vector<Acks> take_acks(bool flush);
   bool acks_waiting() const { return !acks_.handles.empty() || !acks_.release.empty() || !ready_.empty(); }
@@ -145,20 +153,22 @@ class ClientCore {
   size_t put_plans() const;
   size_t read_plans() const { return plans_.size() - put_plans(); }
   size_t handles() const { return handles_.size(); }
-  // Plans or handles of `generation` remain (its mapping must stay).
-  bool references(uint64_t generation) const;
+  // Plans or handles of connection `link` remain (its mapping must stay).
+  bool references(uint64_t link) const;
   void clear();  // close(): the registries go (the owner releases the session's holdings)
 
  private:
   struct Handle {
-    uint64_t owner_handle = 0, generation = 0;
+    uint64_t owner_handle = 0;
+    Link at;
     GetStartResult result;
     std::vector<uint64_t> offsets, lens, holdings;
     std::optional<std::vector<uint32_t>> groups;
     Millis deadline = 0;
   };
   uint64_t register_plan(Plan p);
-  void queue_ack(uint64_t generation, uint64_t handle, std::vector<uint64_t> release, bool handle_done);
+  Link here() const { return Link{owner_.link, owner_.session, owner_.generation}; }
+  void queue_ack(const Link& at, uint64_t handle, std::vector<uint64_t> release, bool handle_done);
   void seal_acks();
 
   uint32_t max_wait_ms_;
@@ -167,9 +177,9 @@ class ClientCore {
   std::unordered_map<uint64_t, Plan> plans_;  // plan_ptr -> plan
   std::unordered_map<uint64_t, Handle> handles_;
   uint64_t next_handle_ = 1;
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> futures_;  // (generation, put_id) -> shell future
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> futures_;  // (link, put_id) -> shell future
   wire::AckBatchT acks_;       // the batch being filled
-  uint64_t acks_generation_ = 0, acks_session_ = 0;
+  Link acks_at_;               // where the batch being filled goes
   std::vector<Acks> ready_;    // sealed batches
 };
 
