@@ -102,6 +102,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "owner_local_reserve_expected_capacity", "local_reserve_soft_wait_ms",
                       "local_reserve_hard_timeout_ms", "get_handle_ttl_ms", "publish_retry_ms",
                       "master_rpc_timeout_ms", "fault_injection", "eviction", "eviction_max_bytes_per_round",
+                      "eviction_interval_ms",
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
                       "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark"}));
@@ -144,6 +145,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "publish_retry_ms", where, o.publish_retry_ms));
   FLX_TRY(get_uint(n, "master_rpc_timeout_ms", where, o.master_rpc_timeout_ms));
   FLX_TRY(get_uint(n, "eviction_max_bytes_per_round", where, o.eviction_max_bytes_per_round));
+  FLX_TRY(get_uint(n, "eviction_interval_ms", where, o.eviction_interval_ms));
   for (auto [name, flag] : {std::pair<const char*, bool*>{"eviction", &o.eviction},
                              std::pair<const char*, bool*>{"eviction_tp_cohorts", &o.eviction_tp_cohorts},
                              std::pair<const char*, bool*>{"writeback_demote", &o.writeback_demote}}) {

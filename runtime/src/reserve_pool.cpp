@@ -164,6 +164,14 @@ void ReservePool::route_live(SlotRef r) {
   counts_.committed++;
 }
 
+void ReservePool::reclaim(SlotRef r) {
+  Slot& s = grants_[r.grant].slots[r.index];
+  assert(s.state == SlotState::kCommitted && s.route_live && s.holder_refs == 0);
+  s.route_live = false;
+  counts_.committed--;
+  make_free(r);
+}
+
 void ReservePool::begin_pending(SlotRef r) {
   Slot& s = grants_[r.grant].slots[r.index];
   assert(s.state == SlotState::kPrepared);

@@ -127,23 +127,44 @@ TEST_CASE("bounds: with handles unconsumed at the bound, get_start is refused be
   CHECK(get_start(c, 0, s, {"h0"}).body.AsGetStartReply());  // a consumed handle makes room
 }
 
-TEST_CASE("bounds: with removals at remove_jobs waiting for the master, capacity eviction pauses, counted") {
+TEST_CASE("bounds: with reclaims at their bound waiting for the master, capacity eviction pauses, counted") {
   OwnerConfig cfg = small_owner();
   cfg.dram_bytes = 1ull << 20;  // one grant of 256 slots
-  cfg.limits.remove_jobs = 1;
+  cfg.limits.reclaims = 1;
   cfg.eviction_free_watermark = 0;
   cfg.eviction_max_bytes_per_round = 4096;  // one cohort per round
   sim::Cluster c(seed_from_env(810), cfg, 2);
   c.run_for(10);
   const uint64_t s = c.open_session(0);
   for (int i = 0; i < 256; ++i) put_live_routes(c, 0, s, {"e" + std::to_string(i)});
-  c.to_master.drop = 1.0;  // removals never come back
+  c.to_master.drop = 1.0;  // fences never come back
   wire::PutStartReqT p;
   p.keys = {"new0", "new1"};
   p.value_len = 4096;
   (void)c.send(0, s, make_envelope(std::move(p)));
-  c.run_for(100);
+  c.run_for(1000);
   const auto& oc = c.owner(0).counters();
   CHECK(oc.evicted_keys_total == 1);  // one round's cohort on its way, then the bound
+  CHECK(c.owner(0).reclaims_in_flight() == 1);
   CHECK(oc.eviction_paused_total > 0);
+}
+
+TEST_CASE("bounds: with removals at remove_jobs waiting for the master, remove_prefix is refused, counted") {
+  OwnerConfig cfg = small_owner();
+  cfg.limits.remove_jobs = 1;
+  sim::Cluster c(seed_from_env(811), cfg, 2);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  put_live_routes(c, 0, s, {"a0", "b0"});
+  c.to_master.drop = 1.0;  // removals never come back
+  wire::RemovePrefixReqT first;
+  first.prefix = "a";
+  CHECK(c.call(0, s, make_envelope(std::move(first))).body.AsRemovePrefixReply());
+  wire::RemovePrefixReqT second;
+  second.prefix = "b";
+  auto r = c.call(0, s, make_envelope(std::move(second)));
+  CHECK(envelope_status(r).code() == Code::kNoSpace);
+  CHECK(envelope_status(r).message().find("remove_prefix") != std::string::npos);
+  CHECK(c.owner(0).counters().remove_jobs_full_total == 1);
+  CHECK(c.owner(0).local_state("b0") == 2);  // nothing of the refused request was removed
 }

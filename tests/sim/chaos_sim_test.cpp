@@ -74,9 +74,10 @@ struct Chaos {
     else put_failed++;
   }
 
-  void check(const std::string& key, const std::vector<uint8_t>& got) {
+  void check(const std::string& key, const std::vector<uint8_t>& got, int o = -1, uint64_t off = 0) {
     auto w = written.find(key);
     if (w == written.end() || !w->second.count(got)) {
+      MESSAGE("bad read at t=" << c.now() << " owner " << o << " off " << off);
       bad++;
       FAIL_CHECK("read of ", key, " returned bytes no put of it wrote");
     }
@@ -98,9 +99,9 @@ struct Chaos {
     if (r->transferable_len > 0 && r->owner_rpc) {
       auto t = c.call(o, sessions[o], make_envelope(wire::GetTransferReqT{{}, r->handle_id, r->transferable_len}));
       if (auto* tr = t.body.AsGetTransferReply())
-        for (size_t i = 0; i < tr->offsets.size(); ++i, read_keys++) check(ks[i], c.read(o, tr->offsets[i]));
+        for (size_t i = 0; i < tr->offsets.size(); ++i, read_keys++) check(ks[i], c.read(o, tr->offsets[i]), o, tr->offsets[i]);
     } else {
-      for (size_t i = 0; i < r->transferable_len; ++i, read_keys++) check(ks[i], c.read(o, r->offsets[i]));
+      for (size_t i = 0; i < r->transferable_len; ++i, read_keys++) check(ks[i], c.read(o, r->offsets[i]), o, r->offsets[i]);
     }
     release_all(c, o, sessions[o], *r);
   }
@@ -144,8 +145,9 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
             c.owner(o).writebacks_pending() != 0)
           return false;
       }
-      return c.master().inflight_get_count() == 0;
+      return c.master().inflight_get_count() == 0 && c.master().reclaim_count() == 0;
     }, 300000));
+    CHECK(c.master().reclaim_fence_count() == 0);
     c.run_for(2000);
     // The master's routes and the owners' live entries name each other, key by key.
     uint64_t routes = 0, mismatched = 0;
@@ -164,9 +166,14 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     for (int o : {0, 1, 2}) {
       auto st = c.owner(o).stats();
       CHECK(st.slots_committed == st.routes);  // every committed slot is a live route's, and back
-      // S4: every selected eviction was settled by the master's answer; no debt is left.
-      CHECK(c.owner(o).counters().eviction_settled_keys_total == c.owner(o).counters().evicted_keys_total);
+      // S4: every selected byte ended (committed, restored or obsolete); no debt, no transaction left.
+      const auto& oc = c.owner(o).counters();
+      CHECK(oc.evicted_bytes_total ==
+            oc.reclaim_committed_bytes_total + oc.reclaim_restored_bytes_total + oc.reclaim_obsolete_bytes_total);
+      CHECK(oc.evicted_keys_total ==
+            oc.reclaim_committed_keys_total + oc.reclaim_restored_keys_total + oc.reclaim_obsolete_keys_total);
       CHECK(c.owner(o).eviction_debt_bytes() == 0);
+      CHECK(c.owner(o).reclaims_in_flight() == 0);
       CHECK(st.slots_pending_local_visible == 0);
     }
     const auto& a = c.owner(0).counters();
@@ -175,6 +182,15 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
                     << a.evicted_keys_total << " keys, demoted " << a.demoted_keys_total << ", remote gets "
                     << a.get_leader_keys_total << "; messages dropped " << c.messages_dropped() << ", duplicated "
                     << c.messages_duplicated() << "; fetches failed " << c.transfers_failed());
+    for (int o : {0, 1, 2}) {
+      const auto& oc = c.owner(o).counters();
+      MESSAGE("node " << o + 1 << " reclaims: " << oc.reclaim_started_total << " transactions, keys committed "
+                      << oc.reclaim_committed_keys_total << ", restored " << oc.reclaim_restored_keys_total
+                      << ", obsolete " << oc.reclaim_obsolete_keys_total << "; deferred: activity "
+                      << oc.reclaim_master_activity_total << ", partial " << oc.reclaim_master_partial_total
+                      << ", closure " << oc.reclaim_master_closure_total << ", holder "
+                      << oc.reclaim_owner_holder_total << ", write " << oc.reclaim_owner_write_total);
+    }
     for (const auto& [why, n] : w.refusals) MESSAGE(n << " x " << why);
     CHECK(w.bad == 0);
     CHECK(mismatched == 0);

@@ -64,12 +64,12 @@ TEST_CASE("LocalIndex: an erased entry leaves the hot tier too") {
 
 #include "fluxon/core/eviction.hpp"
 
-TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at most its cap, settle clears it") {
+TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at most its cap, owned cohorts are skipped") {
   ReservePool pool(8 << 20, 1 << 20, std::nullopt);
   LocalIndex ix(8 << 20, 0, false);
   Eviction ev({true, 8192, 0});
   std::vector<SlotRef> slots;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     auto c = pool.try_claim(4096, 1);
     REQUIRE((c.ok() && c.value()));
     SlotRef s = (*c.value())[0];
@@ -84,23 +84,28 @@ TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at mos
     ix.insert("k" + std::to_string(i), e);
     ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
   }
-  auto v = ev.select(ix, pool, 4096, 3 * 4096);
+  auto none = [](LocalIndex::CohortId) { return false; };
+  auto v = ev.select(ix, pool, 4096, 3 * 4096, 0, none);
   CHECK(v.size() == 2);  // the cap: 8 KiB a round
-  for (auto& c : v) ev.chose(slots[c.first - 1], 4096);
-  CHECK(ev.debt_bytes() == 8192);
-  CHECK(ev.select(ix, pool, 4096, 8192).empty());  // already on its way
-  CHECK(ev.select(ix, pool, 4096, 3 * 4096).size() == 1);
-  CHECK(ev.settle(slots[v[0].first - 1]));
-  CHECK_FALSE(ev.settle(slots[v[0].first - 1]));
-  CHECK(ev.debt_bytes() == 4096);
-  // k3 is the last candidate left (k0..k2 were selected); held by a reader, it is never taken.
-  CHECK(ix.resident().contains("k3"));
-  pool.add_holder(slots[3]);
-  CHECK(ev.select(ix, pool, 4096, 1 << 20).empty());
-  pool.release_holder(slots[3]);
-  CHECK(ev.select(ix, pool, 4096, 1 << 20) == std::vector<LocalIndex::CohortId>{{4, 0}});
+  const uint64_t debt = 8192;
+  CHECK(ev.select(ix, pool, 4096, 8192, debt, none).empty());  // already on its way
+  CHECK(ev.select(ix, pool, 4096, 3 * 4096, debt, none).size() == 1);
+  // Two candidates are left; one a transaction owns is never selected: the other is.
+  std::vector<LocalIndex::CohortId> left;
+  for (int i = 0; i < 5; ++i)
+    if (ix.resident().contains("k" + std::to_string(i))) left.emplace_back(uint64_t(i + 1), 0);
+  REQUIRE(left.size() == 2);
+  auto owns_first = [&](LocalIndex::CohortId c) { return c == left[0]; };
+  CHECK(ev.select(ix, pool, 4096, 1 << 20, 0, owns_first) == std::vector<LocalIndex::CohortId>{left[1]});
+  // The last candidate, held by a reader, is never taken.
+  const uint32_t last = uint32_t(left[0].first - 1);
+  CHECK(ix.resident().contains("k" + std::to_string(last)));
+  pool.add_holder(slots[last]);
+  CHECK(ev.select(ix, pool, 4096, 1 << 20, 0, none).empty());
+  pool.release_holder(slots[last]);
+  CHECK(ev.select(ix, pool, 4096, 1 << 20, 0, none) == std::vector<LocalIndex::CohortId>{left[0]});
   Eviction off({false, 8192, 0});
-  CHECK(off.select(ix, pool, 4096, 1 << 20).empty());
+  CHECK(off.select(ix, pool, 4096, 1 << 20, 0, none).empty());
 }
 
 #include "fluxon/core/retry_table.hpp"

@@ -5,13 +5,15 @@
 namespace fluxon {
 
 std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
-                                                   uint64_t bytes) {
-  if (!cfg_.enabled || debt_bytes_ >= bytes) return {};  // S4: bytes in flight are a debt already
-  const uint64_t want = std::min(bytes - debt_bytes_, cfg_.max_bytes_per_round);
+                                                   uint64_t bytes, uint64_t debt,
+                                                   const std::function<bool(LocalIndex::CohortId)>& taken) {
+  if (!cfg_.enabled || debt >= bytes) return {};  // S4: bytes in flight are a debt already
+  const uint64_t want = std::min(bytes - debt, cfg_.max_bytes_per_round);
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> chosen;
   auto unheld = [&](const std::string& k, const LocalIndex::ResidentRef& r, uint64_t size_class) {
     auto it = index.find(k);
     if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
+    if (taken({r.put_id, r.group})) return false;
     if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
     return pool.slot(it->second.slot).holder_refs == 0;  // never a page a reader holds now
   };
@@ -38,19 +40,6 @@ std::vector<std::pair<uint64_t, uint64_t>> Eviction::deficits(const ReservePool&
     if (free < target) out.emplace_back(size, (target - free) * size);
   }
   return out;
-}
-
-void Eviction::chose(SlotRef slot, uint64_t bytes) {
-  debt_[slot.packed()] = bytes;
-  debt_bytes_ += bytes;
-}
-
-bool Eviction::settle(SlotRef slot) {
-  auto it = debt_.find(slot.packed());
-  if (it == debt_.end()) return false;
-  debt_bytes_ -= it->second;
-  debt_.erase(it);
-  return true;
 }
 
 }  // namespace fluxon

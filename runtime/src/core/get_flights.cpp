@@ -160,6 +160,7 @@ void GetFlights::on_transfer_done(uint64_t id, const Status& result, Millis now,
     done.get_ids.push_back(fid);
     done.keys.push_back(f.key);
     done.offsets.push_back(s_.pool.slot_offset(*f.slot));
+    done.slot_sizes.push_back(s_.pool.slot_size(*f.slot));
   }
   if (!done.keys.empty()) queue_job(std::move(done), now, out);  // G8: one BatchGetDone per batch
   serve_transfers(now, out);
@@ -212,7 +213,8 @@ void GetFlights::send_job(uint64_t job_id, Job& job, Millis now, Outbox& out) {
     case Job::Kind::kDone:
       env = message(wire::BatchGetDoneT{}, [&](size_t i) {
         return std::make_unique<wire::GetDoneItemT>(
-            wire::GetDoneItemT{{}, job.keys[i], job.get_ids[i], job.offsets[i], flights_.at(job.get_ids[i]).batch});
+            wire::GetDoneItemT{{}, job.keys[i], job.get_ids[i], job.offsets[i], flights_.at(job.get_ids[i]).batch,
+                               flights_.at(job.get_ids[i]).group, job.slot_sizes[i]});
       });
       break;
   }

@@ -40,10 +40,8 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   size_t at = 0;
   while (at < reps.size() && reps[at].node_id != node_id) ++at;
   if (at == reps.size()) return false;
-  if (tombstone) {
-    tombstones_[key] = Removed{it->second.ver, reps[at].node_id, reps[at].generation, now_ + kTombstoneMs};
-    tombstone_order_.emplace_back(now_ + kTombstoneMs, key);
-  }
+  if (tombstone) entomb(key, node_id, it->second.ver, reps[at].generation);
+  count_cohort(node_id, reps[at], -1);
   reps.erase_at(at);
   replicas_--;
   counters_.replicas_removed_total++;
@@ -52,6 +50,35 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
     counters_.routes_removed_total++;
   }
   return true;
+}
+
+void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation) {
+  tombstones_[{key, node}] = Removed{ver, generation, now_ + kTombstoneMs};
+  tombstone_order_.emplace_back(now_ + kTombstoneMs, std::make_pair(key, node));
+}
+
+bool MasterCore::entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const {
+  auto t = tombstones_.find({key, node});
+  return t != tombstones_.end() && t->second.generation == generation && t->second.ver.origin_node == v.origin_node &&
+         t->second.ver.origin_generation == v.origin_generation && v.put_id <= t->second.ver.put_id;
+}
+
+void MasterCore::count_cohort(uint32_t node, const Replica& rep, int delta) {
+  const CohortKey k{node, rep.generation, rep.instance, rep.group};
+  auto it = cohorts_.find(k);
+  if (delta > 0) {
+    cohorts_[k]++;
+  } else if (it != cohorts_.end() && --it->second == 0) {
+    cohorts_.erase(it);
+  }
+}
+
+void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
+  (void)key;
+  count_cohort(rep.node_id, rep, +1);
+  r.replicas.push_back(rep);
+  replicas_++;
+  counters_.replicas_published_total++;
 }
 
 uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
@@ -75,6 +102,11 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     }
     // The new generation numbers its gets from the start again.
     std::erase_if(ended_gets_, [node_id](const auto& e) { return e.first.second == node_id; });
+    // Its reclaims died with its memory (their replicas went above): their fences go too.
+    std::vector<uint64_t> epochs;
+    for (const auto& [id, txn] : reclaims_)
+      if (id.first == node_id) epochs.push_back(id.second);
+    for (uint64_t e : epochs) end_reclaim(node_id, e);
   }
   o.generation = generation;
   counters_.owners_registered_total++;
@@ -118,6 +150,16 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
   counters_.put_done_total++;
   OwnerInfo& o = owners_[pd.node_id];
   if (pd.generation > o.generation) admit_generation(pd.node_id, pd.generation);
+  // A put takes its activity lease and gives it back within this step; a key a reclaim fences on
+  // this node takes none: the whole request is refused (nothing applied) and its publish job asks
+  // again with the same identity once the reclaim ended (the design's put lease).
+  if (pd.generation >= o.generation)
+    for (const auto& item : pd.items)
+      if (reclaim_fenced(item->key, pd.node_id)) {
+        counters_.reclaim_refused_puts_total++;
+        return error_envelope(Status(Code::kKeyConflict, "key '" + item->key + "' is being reclaimed on node " +
+                                                             std::to_string(pd.node_id) + ": PutDone refused for now"));
+      }
   wire::PutDoneReplyT rep;
   rep.put_id = pd.put_id;
   rep.results.reserve(pd.items.size());
@@ -141,10 +183,14 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
           else counters_.put_done_exists_total++;
           continue;
         }
+        if (entombed(item->key, pd.node_id, pd.generation, v)) {
+          rep.results.push_back(wire::PutItemResult::Exists);  // this node's copy was removed: it stays so
+          counters_.put_done_exists_total++;
+          continue;
+        }
         // Another replica of the same version (a resync after a master restart).
-        r.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset, pd.put_id});
-        replicas_++;
-        counters_.replicas_published_total++;
+        add_replica(item->key, r, Replica{pd.node_id, pd.generation, item->offset, pd.put_id, item->group,
+                                          item->slot_size});
         rep.results.push_back(wire::PutItemResult::Live);
         continue;
       }
@@ -156,8 +202,12 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       if (only_own && own_versions && v.put_id > r.ver.put_id) {
         r.ver = v;
         r.len = item->len;
+        count_cohort(pd.node_id, r.replicas[0], -1);
         r.replicas[0].offset = item->offset;
         r.replicas[0].instance = pd.put_id;
+        r.replicas[0].group = item->group;
+        r.replicas[0].slot_size = item->slot_size;
+        count_cohort(pd.node_id, r.replicas[0], +1);
         rep.results.push_back(wire::PutItemResult::Live);
         counters_.routes_published_total++;
         continue;
@@ -166,22 +216,17 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       counters_.put_done_exists_total++;
       continue;
     }
-    auto tomb = tombstones_.find(item->key);
-    if (tomb != tombstones_.end() && tomb->second.node_id == pd.node_id &&
-        tomb->second.generation == pd.generation && tomb->second.ver.origin_node == v.origin_node &&
-        tomb->second.ver.origin_generation == v.origin_generation && v.put_id <= tomb->second.ver.put_id) {
+    if (entombed(item->key, pd.node_id, pd.generation, v)) {
       rep.results.push_back(wire::PutItemResult::Exists);  // a removed version stays removed
       counters_.put_done_exists_total++;
       continue;
     }
-    if (tomb != tombstones_.end()) tombstones_.erase(tomb);
-    Route route{v, item->len, {}};
-    route.replicas.push_back(Replica{pd.node_id, pd.generation, item->offset, pd.put_id});
-    routes_.emplace(item->key, std::move(route));
-    replicas_++;
+    tombstones_.erase({item->key, pd.node_id});
+    auto [route, _] = routes_.emplace(item->key, Route{v, item->len, {}});
+    add_replica(item->key, route->second,
+                Replica{pd.node_id, pd.generation, item->offset, pd.put_id, item->group, item->slot_size});
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;
-    counters_.replicas_published_total++;
     if (item->replica) {  // a replica task for a target-role owner to pull (placement: replica_poll)
       if (!target_besides(pd.node_id)) {
         counters_.replica_tasks_no_target_total++;  // strict roles: no fallback to other owners
@@ -248,6 +293,7 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   if (auto* gd = req.body.AsBatchGetDone()) return get_done(*gd);
   if (auto* gr = req.body.AsBatchGetRevoke()) return get_revoke(*gr);
   if (auto* rr = req.body.AsRemoveRoutes()) return remove_routes(*rr);
+  if (auto* rc = req.body.AsReclaim()) return reclaim(*rc);
   if (auto* rp = req.body.AsReplicaPoll()) return replica_poll(*rp);
   if (auto* lk = req.body.AsLookup()) {
     counters_.lookups_total++;
@@ -292,6 +338,8 @@ MasterStats MasterCore::stats() const {
   s.replicas = replicas_;
   s.inflight_gets = gets_.size();
   s.replica_tasks_queued = replica_queue_.size();
+  s.reclaims = reclaims_.size();
+  s.reclaim_fences = reclaim_fences_.size();
   return s;
 }
 

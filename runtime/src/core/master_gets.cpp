@@ -8,8 +8,9 @@
 namespace fluxon {
 
 bool MasterCore::fenced(const std::string& key, uint32_t node_id) const {
-  // Conservative: any get reading this node's copy of key holds it, whatever version it reads.
-  return reads_.count({key, node_id}) != 0;
+  // Conservative: any get reading this node's copy of key holds it, whatever version it reads; a
+  // reclaim in progress holds it until it ends.
+  return reads_.count({key, node_id}) != 0 || reclaim_fences_.count({key, node_id}) != 0;
 }
 
 void MasterCore::end_get(std::map<GetKey, GetFlight>::iterator it) {
@@ -87,14 +88,25 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
         s->status = wire::GetStartStatus::AlreadyLocal;
         return;
       }
-      // The source: the replica with the fewest reads in flight.
+      // The source: the replica with the fewest reads in flight, never one a reclaim fences (its
+      // slot may be free already: the fence covers the window until its route goes).
       const Replica* best = nullptr;
       uint32_t best_reads = 0;
+      bool reclaiming = false;
       for (const auto& x : r.replicas) {
         if (x.node_id == req.node_id) continue;
+        if (reclaim_fenced(item->key, x.node_id)) {
+          reclaiming = true;
+          continue;
+        }
         auto f = reads_.find({item->key, x.node_id});
         const uint32_t n = f == reads_.end() ? 0 : f->second;
         if (!best || n < best_reads) best = &x, best_reads = n;
+      }
+      if (!best && reclaiming) {
+        s->status = wire::GetStartStatus::Busy;  // being reclaimed: no new lease (a miss for now)
+        counters_.reclaim_refused_gets_total++;
+        return;
       }
       if (!best) {
         s->status = wire::GetStartStatus::Miss;
@@ -136,9 +148,8 @@ Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
         rep.results.push_back(same ? wire::GetDoneStatus::Live : wire::GetDoneStatus::Stale);
         continue;
       }
-      route->second.replicas.push_back(Replica{req.node_id, req.generation, item->offset, item->instance});
-      replicas_++;
-      counters_.replicas_published_total++;
+      add_replica(item->key, route->second,
+                  Replica{req.node_id, req.generation, item->offset, item->instance, item->group, item->slot_size});
       rep.results.push_back(wire::GetDoneStatus::Live);
       continue;
     }

@@ -13,6 +13,7 @@ OwnerCore::OwnerCore(const OwnerCoreConfig& cfg, uint64_t generation, std::strin
       put_(s_),
       removal_(s_),
       eviction_({cfg.eviction, cfg.eviction_max_bytes_per_round, cfg.eviction_free_watermark}),
+      reclaim_(s_),
       gets_(s_),
       replicas_(s_, gets_),
       writeback_(s_),
@@ -43,6 +44,7 @@ void OwnerCore::on_master_reconnected(Millis now, Outbox& out) {
   start(now, out);
   put_.resync(now, out);
   removal_.resend_all(now, out);
+  reclaim_.resend_all(now, out);
   gets_.resend_all(now, out);
 }
 
@@ -89,7 +91,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
                           Status(Code::kClosed, "unknown or closed session " + std::to_string(session)), out);
   if (req.body.AsPutStartReq()) {
     auto fetching = [this](const std::string& k) { return gets_.fetching(k); };
-    if (auto room = put_.start(token, session, req, now, out, fetching)) evict_for(*room, now, out);
+    if (auto room = put_.start(token, session, req, now, out, fetching)) want_room(*room);
     return;
   }
   if (auto* p = req.body.AsPutCommitReq()) return commit(token, session, p->put_id, now, out);
@@ -135,6 +137,13 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
   if (req.prefix.empty())
     return s_.reply_error(session, token,
                           invalid_argument("prefix: must not be empty (it would remove every value)"), out);
+  if (removal_.full()) {  // the bound: removals in flight wait for the master
+    s_.counters.remove_jobs_full_total++;
+    return s_.reply_error(session, token,
+                          Status(Code::kNoSpace, std::to_string(removal_.size()) +
+                                                     " route removals wait for the master (the bound): remove_prefix refused"),
+                          out);
+  }
   std::vector<std::string> keys;
   for (const auto& [k, e] : s_.local.entries())
     if (k.size() >= req.prefix.size() && k.compare(0, req.prefix.size(), req.prefix) == 0) keys.push_back(k);
@@ -178,7 +187,8 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Out
       went_live(settled, now, out);
       break;
     }
-    case JobKind::kRemove: removed(removal_.on_reply(token, reply, now)); break;
+    case JobKind::kRemove: removal_.on_reply(token, reply, now); break;
+    case JobKind::kReclaim: reclaim_.on_reply(token, reply, now, out, reclaim_busy()); break;
     default: return;  // not a token of this owner
   }
   serve_waiters_if_freed(out);
@@ -195,6 +205,7 @@ bool OwnerCore::known_token(uint64_t token) const {
     case JobKind::kWriteBackBatch: return writeback_.owns_batch(token);
     case JobKind::kPublish: return put_.owns(token);
     case JobKind::kRemove: return removal_.owns(token);
+    case JobKind::kReclaim: return reclaim_.owns(token);
   }
   return false;
 }
@@ -225,6 +236,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   // Deadline-ordered: only the jobs whose re-send time has come are touched.
   put_.retry_due(now, out);
   removal_.retry_due(now, out);
+  reclaim_.retry_due(now, out);
   gets_.retry_due(now, out);
   gets_.expire_handles(now, out);
   if (gets_.serve_pending(now, out, true)) launch_transfers(now, out);
@@ -234,11 +246,11 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   replicas_.poll(now, out, [this](const std::string& k) { return put_.in_flight(k); });
   writeback_.retry(now, out);
   if (register_token_ && now - register_sent_ >= Millis(s_.cfg.publish_retry_ms)) start(now, out);
-  // Reserve waits: the head waiter keeps eviction going while it waits (bounded per round), the
-  // soft wait is noted, the hard timeout fails the claim naming its stage.
+  // Reserve waits: the head waiter keeps eviction going while it waits (pressure, bounded per
+  // round), the soft wait is noted, the hard timeout fails the claim naming its stage.
   serve_waiters(out);
-  keep_free(now, out);
-  if (auto room = put_.head_need()) evict_for(*room, now, out);
+  if (auto room = put_.head_need()) want_room(*room);
+  pressure(now, out);
   put_.expire_waiters(now, out);
 }
 
@@ -253,20 +265,14 @@ void OwnerCore::commit(uint64_t token, uint64_t session, uint64_t put_id, Millis
 
 void OwnerCore::serve_waiters(Outbox& out) {
   if (auto room = put_.serve_waiters(out, [this](const std::string& k) { return gets_.fetching(k); }))
-    evict_for(*room, now_, out);
+    want_room(*room);
 }
 
 void OwnerCore::serve_waiters_if_freed(Outbox& out) {
   if (s_.pool.take_freed()) serve_waiters(out);
 }
 
-void OwnerCore::removed(const std::vector<SlotRef>& unrouted) {
-  for (SlotRef slot : unrouted)  // a slot left its route: if eviction chose it, its bytes are no longer a debt
-    if (eviction_.settle(slot)) s_.counters.eviction_settled_keys_total++;
-}
-
 void OwnerCore::went_live(PutPath::Settled& settled, Millis now, Outbox& out) {
-  removed(settled.unrouted);
   if (!settled.removals.empty()) removal_.queue(std::move(settled.removals), now, out);
   writeback_.admit(settled.live, now, out);
 }
@@ -285,7 +291,7 @@ void OwnerCore::remove_key(const std::string& key, Millis now, Outbox& out) {
 
 void OwnerCore::launch_transfers(Millis now, Outbox& out) {
   auto round = gets_.prepare_transfers(now, out);
-  for (const auto& room : round.room) evict_for(room, now, out);  // fetched values need slots too
+  for (const auto& room : round.room) want_room(room);  // fetched values need slots too
   gets_.send_transfers(round, out);
 }
 
@@ -316,44 +322,68 @@ void OwnerCore::demoted(std::vector<std::pair<std::string, Entry>> copies, Milli
   }
 }
 
-void OwnerCore::keep_free(Millis now, Outbox& out) {
-  for (const auto& [size, bytes] : eviction_.deficits(s_.pool)) {
-    const uint64_t rounds = s_.counters.eviction_rounds_total;
-    evict_for(RoomNeeded{size, bytes}, now, out);
-    if (s_.counters.eviction_rounds_total > rounds) s_.counters.pressure_evictions_total++;
-  }
+Reclaim::BusyCheck OwnerCore::reclaim_busy() {
+  // A member is not released while a put of its key is open here, a remote get brings the key
+  // here, or its route is being re-published (its reclaim is tried again later).
+  return [this](const std::string& key, const Entry& e) -> const char* {
+    if (put_.in_flight(key)) return "put";
+    if (gets_.fetching(key)) return "fetch";
+    if (put_.resyncing(e.put_id)) return "resync";
+    return nullptr;
+  };
 }
 
-void OwnerCore::evict_for(RoomNeeded room, Millis now, Outbox& out) {
-  if (removal_.full()) {  // removals in flight at their bound: wait for them
+void OwnerCore::want_room(RoomNeeded room) {
+  uint64_t& b = room_[room.slot_size];
+  b = std::max(b, room.bytes);
+}
+
+void OwnerCore::pressure(Millis now, Outbox& out) {
+  // The one caller of eviction: a round at most every eviction_interval_ms, selecting, per slot
+  // class, what waiting claims and fetches need and the free watermark lacks, less the debt.
+  if (now < next_pressure_) return;
+  for (const auto& [size, bytes] : eviction_.deficits(s_.pool)) {
+    uint64_t& b = room_[size];
+    if (bytes > b) {
+      b = bytes;
+      s_.counters.pressure_evictions_total++;
+    }
+  }
+  if (room_.empty()) return;
+  auto wanted = std::exchange(room_, {});
+  if (reclaim_.full()) {  // transactions at their bound: wait for them
     s_.counters.eviction_paused_total++;
     return;
   }
-  const auto victims = eviction_.select(s_.local, s_.pool, room.slot_size, room.bytes);
-  if (victims.empty()) return;
-  s_.counters.eviction_rounds_total++;
-  for (const auto& cohort : victims) evict_cohort(cohort, now, out);
+  next_pressure_ = now + s_.cfg.eviction_interval_ms;
+  bool selected = false;
+  auto taken = [this](LocalIndex::CohortId c) { return reclaim_.owns_cohort(c); };
+  for (const auto& [size, bytes] : wanted) {
+    const auto victims = eviction_.select(s_.local, s_.pool, size, bytes, reclaim_.debt_bytes(), taken);
+    for (const auto& cohort : victims) evict_cohort(cohort, now, out);
+    selected = selected || !victims.empty();
+  }
+  if (selected) s_.counters.eviction_rounds_total++;
 }
 
 void OwnerCore::evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out) {
+  // A1: the exact cohort (with the other TP ranks' same group), never part of it: one transaction.
+  std::vector<Reclaim::Member> members;
   for (const auto& id : s_.local.exact_cohort(cohort)) {
     const auto* c = s_.local.cohort(id);
-    if (!c) continue;  // already evicted with another member
-    const std::vector<std::string> members = *c;  // A1: the exact cohort, never part of it
+    if (!c || reclaim_.owns_cohort(id)) continue;  // a transaction has it already
     // A write-back of this cohort has nothing left to copy or demote: capacity eviction came first (S3).
     writeback_.cohort_evicted(id);
-    for (const auto& key : members) {
+    for (const auto& key : *c) {
       auto it = s_.local.find(key);
-      if (it == s_.local.end() || it->second.put_id != id.first) continue;
-      const Entry e = it->second;
-      s_.local.erase(it);
-      const uint64_t bytes = s_.pool.slot_size(e.slot);
-      eviction_.chose(e.slot, bytes);
+      if (it == s_.local.end() || it->second.put_id != id.first || !it->second.live) continue;
+      s_.local.leave_resident(key, id.first);
+      members.push_back(Reclaim::Member{key, it->second});
       s_.counters.evicted_keys_total++;
-      s_.counters.evicted_bytes_total += bytes;
-      replaced(key, e, now, out);  // route first; the slot is Free once no holder remains (S2)
+      s_.counters.evicted_bytes_total += s_.pool.slot_size(it->second.slot);
     }
   }
+  reclaim_.begin(std::move(members), now, out);
 }
 
 // ---- views -------------------------------------------------------------------------------------
@@ -384,9 +414,10 @@ OwnerStats OwnerCore::stats() const {
   r.routes = s_.live_routes;
   r.sessions = s_.sessions.size();
   r.publish_jobs = put_.publish_jobs() + removal_.size();
+  r.reclaims = reclaim_.size();
   r.writeback_jobs = writeback_.pending();
   r.hot_bytes = hot_bytes();
-  r.eviction_debt_bytes = eviction_.debt_bytes();
+  r.pending_eviction_reclaim_bytes = reclaim_.debt_bytes();
   gets_.fill_stats(r);
   return r;
 }

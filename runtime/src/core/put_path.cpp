@@ -185,6 +185,7 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
       if (auto r = supersede(k, prev)) done.removals.push_back({std::move(*r)});
     }
     s_.local.insert(k, Entry{put_id, plan.slots[i], plan.value_len, false, group, s_.version_of(put_id)});
+    job.groups.push_back(group);
     job.offsets.push_back(s_.pool.slot_offset(plan.slots[i]));
     job.lens.push_back(plan.value_len);
   }
@@ -213,6 +214,8 @@ void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
     item->offset = job.offsets[i];
     item->len = job.lens[i];
     if (i < job.replica.size()) item->replica = job.replica[i];
+    item->group = job.groups[i];
+    item->slot_size = s_.pool.slot_size(job.slots[i]);
     if (!job.origins.empty()) {
       item->origin_node = job.origins[i].origin_node;
       item->origin_generation = job.origins[i].origin_generation;
@@ -363,6 +366,7 @@ void PutPath::resync(Millis now, Outbox& out) {
     j.slots.push_back(e.slot);
     j.offsets.push_back(s_.pool.slot_offset(e.slot));
     j.lens.push_back(e.len);
+    j.groups.push_back(e.group);
     j.origins.push_back(e.ver);
   }
   for (auto& [put_id, job] : by_put) {

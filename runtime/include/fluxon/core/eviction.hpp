@@ -1,9 +1,9 @@
-// Eviction: which cohorts capacity pressure takes (S1, S3, S4), and the selection debt — the bytes
-// chosen whose route removal is still on its way. It selects and keeps accounts; it calls nobody:
-// the owner removes what it returns, route first (S2), and settles each slot when the master no
-// longer routes to it.
+// Eviction: which cohorts capacity pressure takes (S1, S3, S4). It selects; it calls nobody: each
+// cohort it returns becomes one reclaim transaction (reclaim.hpp), whose bytes are the selection
+// debt until it ends — a round selects what is needed less that debt.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -22,23 +22,18 @@ class Eviction {
   };
   explicit Eviction(Config cfg) : cfg_(cfg) {}
 
-  // Cold, live, unheld entries worth `bytes` less the debt (slots of `slot_size` first, then any
-  // class), at most max_bytes_per_round; the cohorts they belong to, in selection order. The
-  // selected entries leave the resident tier. Empty when nothing is needed or nothing can go.
+  // Cold, live, unheld entries worth `bytes` less `debt` (slots of `slot_size` first, then any
+  // class), at most max_bytes_per_round, none of a cohort `taken` says a transaction owns; the
+  // cohorts they belong to, in selection order. The selected entries leave the resident tier.
+  // Empty when nothing is needed or nothing can go.
   std::vector<LocalIndex::CohortId> select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
-                                           uint64_t bytes);
+                                           uint64_t bytes, uint64_t debt,
+                                           const std::function<bool(LocalIndex::CohortId)>& taken);
   // The free-slot watermark's deficits: (slot class, bytes) to evict ahead of claims.
   std::vector<std::pair<uint64_t, uint64_t>> deficits(const ReservePool& pool) const;
 
-  // A chosen slot's bytes are a debt until settle() (its route is gone); settle() says whether it was.
-  void chose(SlotRef slot, uint64_t bytes);
-  bool settle(SlotRef slot);
-  uint64_t debt_bytes() const { return debt_bytes_; }
-
  private:
   Config cfg_;
-  std::unordered_map<uint64_t, uint64_t> debt_;  // packed slot -> bytes selected for eviction
-  uint64_t debt_bytes_ = 0;
 };
 
 }  // namespace fluxon

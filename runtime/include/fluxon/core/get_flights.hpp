@@ -105,6 +105,7 @@ class GetFlights {
     std::vector<std::string> keys;
     std::vector<uint64_t> offsets;  // kDone: the target slots
     Millis next_send = 0;
+    std::vector<uint64_t> slot_sizes;  // kDone: their sizes (the backing identity the master keeps)
   };
   // A get_start item: a local pin, a flight interest, or a miss.
   struct Item {

@@ -59,6 +59,10 @@ class LocalIndex {
   void enter_resident(const std::string& key, ResidentRef ref, uint64_t weight) {
     (void)resident_.insert(key, ref, weight);
   }
+  // The copy of `put_id` leaves the resident tier (a reclaim owns it now).
+  void leave_resident(const std::string& key, uint64_t put_id) {
+    resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+  }
   void touch(const std::string& key) {
     resident_.touch(key);
     if (hot_) hot_->touch(key);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -49,6 +50,9 @@ class MasterCore {
   size_t inflight_get_count() const { return gets_.size(); }
   size_t replica_tasks_queued() const { return replica_queue_.size(); }
   size_t tombstone_count() const { return tombstones_.size(); }
+  size_t reclaim_count() const { return reclaims_.size(); }
+  size_t reclaim_fence_count() const { return reclaim_fences_.size(); }
+  bool reclaim_fenced(const std::string& key, uint32_t node) const { return reclaim_fences_.count({key, node}) != 0; }
   // Replica tasks handed to each target node so far (P2: replica target counts).
   const std::map<uint32_t, uint64_t>& replica_targets() const { return replica_targets_; }
   const MasterCounters& counters() const { return counters_; }
@@ -64,6 +68,8 @@ class MasterCore {
     uint64_t generation;
     uint64_t offset;
     uint64_t instance;  // the owner's local identity of this copy (its put or get batch)
+    uint32_t group = 0;      // its atomic group in that batch: (node, generation, instance, group) is its cohort
+    uint64_t slot_size = 0;  // its backing slot: (node, generation, offset, slot_size) pins it (no ABA)
   };
   struct Route {
     Version ver;
@@ -84,9 +90,8 @@ class MasterCore {
     Version ver;
     Millis deadline;
   };
-  struct Removed {               // the last removed replica of a key (a late duplicate stays dead)
+  struct Removed {               // a node's removed replica of a key (a late duplicate stays dead)
     Version ver;
-    uint32_t node_id;
     uint64_t generation;
     Millis expires = 0;
   };
@@ -120,6 +125,16 @@ class MasterCore {
   Envelope get_done(const wire::BatchGetDoneT& req);
   Envelope get_revoke(const wire::BatchGetRevokeT& req);
   Envelope remove_routes(const wire::RemoveRoutesT& req);
+  // Fenced source reclaim (master_reclaim.cpp).
+  Envelope reclaim(const wire::ReclaimT& req);
+  Envelope reclaim_fence(const wire::ReclaimT& req);
+  Envelope reclaim_commit(const wire::ReclaimT& req);
+  Envelope reclaim_abort(const wire::ReclaimT& req);
+  void end_reclaim(uint32_t node, uint64_t epoch);
+  enum class MemberState { kPresent, kAbsent, kChanged };
+  MemberState member_state(const wire::ReclaimMemberT& m, uint32_t node, uint64_t generation);
+  void add_replica(const std::string& key, Route& r, Replica rep);
+  void count_cohort(uint32_t node, const Replica& rep, int delta);
   Envelope replica_poll(const wire::ReplicaPollT& req);
   Envelope write_back(const wire::WriteBackT& req, Millis now);
   Envelope demote(const wire::DemoteT& req);
@@ -162,14 +177,38 @@ class MasterCore {
   size_t replicas_ = 0;
   // A tombstone only has to outlive the late duplicates of its PutDone (retries are seconds apart):
   // it expires after kTombstoneMs, so removed keys do not grow the table forever.
-  std::unordered_map<std::string, Removed> tombstones_;
-  std::deque<std::pair<Millis, std::string>> tombstone_order_;  // (expiry, key), oldest first
+  // Per (key, node): a late PutDone (a duplicate, a re-publication that crossed the removal) of that
+  // version or an older one from that node's generation is refused, whether or not another node's
+  // copy keeps the route: it would route to a slot the node has freed.
+  std::map<std::pair<std::string, uint32_t>, Removed> tombstones_;
+  std::deque<std::pair<Millis, std::pair<std::string, uint32_t>>> tombstone_order_;  // (expiry, (key, node))
+  void entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation);
+  bool entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const;
   static constexpr Millis kTombstoneMs = 10 * 60 * 1000;
   Millis now_ = 0;
   std::map<uint32_t, OwnerInfo> owners_;
   std::map<GetKey, GetFlight> gets_;
-  // Activity fences: (key, source node) -> gets reading that replica now.
+  // Activity leases: (key, source node) -> gets and replica pulls reading that replica now.
   std::map<std::pair<std::string, uint32_t>, uint32_t> reads_;
+  // Cohort sizes: (node, generation, instance, group) -> replicas of that cohort in the table. A
+  // reclaim's members must be all of them (the cohort's closure), never part.
+  using CohortKey = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t>;
+  std::map<CohortKey, uint32_t> cohorts_;
+  // Reclaim transactions, (node, epoch) -> the fenced members; (key, node) -> the epoch fencing it.
+  // While fenced a replica is no get's source, its key takes no put from that node, and no other
+  // removal or demotion touches it.
+  struct ReclaimMember {
+    std::string key;
+    Version ver;
+    uint64_t instance = 0, offset = 0, slot_size = 0;
+    uint32_t group = 0;
+  };
+  struct ReclaimTxn {
+    uint64_t generation = 0;
+    std::vector<ReclaimMember> members;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, ReclaimTxn> reclaims_;
+  std::map<std::pair<std::string, uint32_t>, uint64_t> reclaim_fences_;
   MasterCounters counters_;
 };
 

@@ -50,6 +50,21 @@
   X(owner_hot_demotion_attempts, "fluxon_master_owner_hot_demotion_attempts_total", "", "Demote requests (owner_hot_demotion_attempts)") \
   X(owner_hot_demotion_cohorts, "fluxon_master_owner_hot_demotion_cohorts_total", "", "Demote requests granted, each an exact cohort set (owner_hot_demotion_cohorts)") \
   X(owner_hot_demotion_selected_bytes, "fluxon_master_owner_hot_demotion_selected_bytes_total", "", "Value bytes whose source copies demotion dropped (owner_hot_demotion_selected_bytes)") \
+  /* Fenced source reclaim (master_reclaim.cpp): each answer, by kind and reason. */ \
+  X(reclaim_requests_total, "fluxon_master_reclaim_requests_total", "", "Reclaim requests (Fence, Commit, Abort; retries included)") \
+  X(reclaim_fenced_total, "fluxon_master_reclaim_answers_total", "result=fenced", "Reclaim answers by result") \
+  X(reclaim_in_progress_total, "fluxon_master_reclaim_answers_total", "result=already_in_progress", "Reclaim answers by result") \
+  X(reclaim_completed_total, "fluxon_master_reclaim_answers_total", "result=completed", "Reclaim answers by result") \
+  X(reclaim_stale_total, "fluxon_master_reclaim_answers_total", "result=stale", "Reclaim answers by result") \
+  X(reclaim_aborted_total, "fluxon_master_reclaim_answers_total", "result=aborted", "Reclaim answers by result") \
+  X(reclaim_busy_activity_total, "fluxon_master_reclaim_busy_total", "reason=activity", "Reclaim fences refused for now, by reason") \
+  X(reclaim_busy_partial_total, "fluxon_master_reclaim_busy_total", "reason=partial", "Reclaim fences refused for now, by reason") \
+  X(reclaim_busy_closure_total, "fluxon_master_reclaim_busy_total", "reason=closure", "Reclaim fences refused for now, by reason") \
+  X(reclaim_busy_other_total, "fluxon_master_reclaim_busy_total", "reason=other_reclaim", "Reclaim fences refused for now, by reason") \
+  X(reclaim_replicas_removed_total, "fluxon_master_reclaim_replicas_removed_total", "", "Source replicas removed by committed reclaims") \
+  X(reclaim_commit_unfenced_total, "fluxon_master_reclaim_commit_unfenced_total", "", "Commits of no known transaction that still found members (removed: a released backing never rolls back)") \
+  X(reclaim_refused_gets_total, "fluxon_master_reclaim_refused_total", "lease=get", "New leases refused while a reclaim fenced the key") \
+  X(reclaim_refused_puts_total, "fluxon_master_reclaim_refused_total", "lease=put", "New leases refused while a reclaim fenced the key") \
   X(owners_registered_total, "fluxon_master_owners_registered_total", "", "Owner registrations (restarts and reconnects included)") \
   X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
@@ -60,7 +75,9 @@
   X(owners, "owners", "fluxon_master_owners", "", "Registered owners") \
   X(replicas, "replicas", "fluxon_master_replicas", "", "Replicas behind the live routes") \
   X(inflight_gets, "inflight_gets", "fluxon_master_inflight_gets", "", "Prepared remote gets (started, not done or revoked)") \
-  X(replica_tasks_queued, "replica_tasks_queued", "fluxon_master_replica_tasks_queued", "", "Replica tasks waiting for a target owner")
+  X(replica_tasks_queued, "replica_tasks_queued", "fluxon_master_replica_tasks_queued", "", "Replica tasks waiting for a target owner") \
+  X(reclaims, "reclaims", "fluxon_master_reclaims", "", "Reclaim transactions fenced, not committed or aborted yet") \
+  X(reclaim_fences, "reclaim_fences", "fluxon_master_reclaim_fences", "", "Source replicas fenced by reclaims in progress")
 
 namespace fluxon {
 

@@ -25,6 +25,9 @@ struct OwnerCoreConfig {
   // holds are selected (bounded per round) and removed route first; their slots then serve the claim.
   bool eviction = true;
   uint64_t eviction_max_bytes_per_round = 256ull << 20;
+  // The pressure step is the only caller of eviction: a round at most this often (each selects at
+  // most eviction_max_bytes_per_round: what claims wait for and the watermark lacks, less the debt).
+  uint32_t eviction_interval_ms = 200;
   bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
   // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots
   // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
@@ -46,7 +49,8 @@ struct OwnerCoreConfig {
   struct Limits {
     size_t claim_waiters = 4096;       // put_starts waiting for slots: the next is refused (claim_turn)
     size_t publish_jobs = 16384;       // committed batches waiting for the master: put_start is refused
-    size_t remove_jobs = 16384;        // route removals in flight: capacity eviction pauses
+    size_t remove_jobs = 16384;        // route removals in flight (replaced versions, remove_prefix)
+    size_t reclaims = 4096;            // reclaim transactions in flight: capacity eviction pauses
     size_t flights = 65536;            // remote-get flights: a new remote key is a miss
     size_t exists_questions = 4096;    // exists waiting for the master: answered with the local prefix
     size_t pending_gets = 4096;        // get_starts waiting for the master: the next is answered now

@@ -8,8 +8,9 @@
 //   LocalIndex       entries, cohorts, resident and hot tiers         local_index
 //   Sessions         clients, their plans, handles and holdings       sessions
 //   PutPath          plans, claim turn, publish jobs, resync          put_path
-//   RouteRemoval     route-first removals (S2)                        route_removal
-//   Eviction         victim cohorts and the selection debt (S1-S4)    eviction
+//   RouteRemoval     route-first removals of replaced versions (S2)   route_removal
+//   Eviction         victim cohorts (S1, S3)                          eviction
+//   Reclaim          each eviction's fenced transaction, the debt (S4) reclaim
 //   GetFlights       get_start, flights, get jobs, handles (G1-G10)   get_flights, get_requests
 //   ReplicaPuller    replica tasks (uses GetFlights)                  replica_puller
 //   WriteBack        owner-hot write-back and demotion                writeback
@@ -17,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <map>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -26,6 +28,7 @@
 #include "fluxon/core/get_flights.hpp"
 #include "fluxon/core/owner_shared.hpp"
 #include "fluxon/core/put_path.hpp"
+#include "fluxon/core/reclaim.hpp"
 #include "fluxon/core/replica_puller.hpp"
 #include "fluxon/core/route_removal.hpp"
 #include "fluxon/core/writeback.hpp"
@@ -75,7 +78,8 @@ class OwnerCore {
   void remove_key(const std::string& key, Millis now, Outbox& out);
   // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.
   size_t writebacks_pending() const { return writeback_.pending(); }
-  uint64_t eviction_debt_bytes() const { return eviction_.debt_bytes(); }
+  uint64_t eviction_debt_bytes() const { return reclaim_.debt_bytes(); }
+  size_t reclaims_in_flight() const { return reclaim_.size(); }
   uint64_t hot_bytes() const { return s_.local.hot() ? s_.local.hot()->weighted_size() : 0; }
   bool in_hot_tier(const std::string& key) const { return s_.local.hot() && s_.local.hot()->contains(key); }
 
@@ -90,18 +94,18 @@ class OwnerCore {
   void commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
   void serve_waiters(Outbox& out);
   void serve_waiters_if_freed(Outbox& out);
-  void removed(const std::vector<SlotRef>& unrouted);  // routes gone: eviction settles (S4)
   void went_live(PutPath::Settled& settled, Millis now, Outbox& out);
   void replaced(const std::string& key, const Entry& old, Millis now, Outbox& out);
   void launch_transfers(Millis now, Outbox& out);
   void on_get_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
   void demoted(std::vector<std::pair<std::string, Entry>> copies, Millis now, Outbox& out);
-  // Capacity eviction (S1, S3, S4): select cold unheld cohorts worth `room`, and remove them route
-  // first; bytes already on their way count (selection debt). Pressure (from tick) keeps
-  // eviction_free_watermark of each class's slots free ahead of claims.
-  void evict_for(RoomNeeded room, Millis now, Outbox& out);
-  void keep_free(Millis now, Outbox& out);
+  // Capacity eviction (S1, S3, S4): claims and fetches say what room they need (want_room); the
+  // pressure step, from tick only, selects cold unheld cohorts worth that and the free watermark's
+  // deficit less the selection debt, and hands each exact cohort to a reclaim transaction.
+  void want_room(RoomNeeded room);
+  void pressure(Millis now, Outbox& out);
   void evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out);
+  Reclaim::BusyCheck reclaim_busy();
 
   OwnerShared s_;
   std::string segment_name_;
@@ -109,6 +113,9 @@ class OwnerCore {
   PutPath put_;
   RouteRemoval removal_;
   Eviction eviction_;
+  Reclaim reclaim_;
+  std::map<uint64_t, uint64_t> room_;  // slot class -> bytes claims and fetches wait for (since the last round)
+  Millis next_pressure_ = 0;
   GetFlights gets_;
   ReplicaPuller replicas_;
   WriteBack writeback_;

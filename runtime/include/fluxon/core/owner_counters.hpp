@@ -32,8 +32,30 @@
   X(evicted_keys_total, "fluxon_owner_evicted_keys_total", "", "Keys evicted for capacity (whole cohorts)") \
   X(evicted_bytes_total, "fluxon_owner_evicted_bytes_total", "", "Slot bytes evicted for capacity") \
   X(eviction_rounds_total, "fluxon_owner_eviction_rounds_total", "", "Eviction rounds that selected victims") \
-  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free") \
-  X(eviction_settled_keys_total, "fluxon_owner_eviction_settled_keys_total", "", "Evicted keys whose route removal the master confirmed (S4: equals evicted at rest)")
+  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free")
+
+// Reclaim (reclaim.hpp): every capacity eviction's transaction. S4 at rest: evicted bytes =
+// committed + restored + obsolete bytes (pending_eviction_reclaim_bytes is the rest, in flight).
+#define FLUXON_OWNER_RECLAIM_COUNTERS(X) \
+  X(reclaim_started_total, "fluxon_owner_reclaim_transactions_total", "", "Reclaim transactions begun (one per selected exact cohort)") \
+  X(reclaim_committed_keys_total, "fluxon_owner_reclaim_keys_total", "end=committed", "Selected keys by how their reclaim ended (S4)") \
+  X(reclaim_restored_keys_total, "fluxon_owner_reclaim_keys_total", "end=restored", "Selected keys by how their reclaim ended (S4)") \
+  X(reclaim_obsolete_keys_total, "fluxon_owner_reclaim_keys_total", "end=obsolete", "Selected keys by how their reclaim ended (S4)") \
+  X(reclaim_committed_bytes_total, "fluxon_owner_reclaim_bytes_total", "end=committed", "Selected slot bytes by how their reclaim ended (S4)") \
+  X(reclaim_restored_bytes_total, "fluxon_owner_reclaim_bytes_total", "end=restored", "Selected slot bytes by how their reclaim ended (S4)") \
+  X(reclaim_obsolete_bytes_total, "fluxon_owner_reclaim_bytes_total", "end=obsolete", "Selected slot bytes by how their reclaim ended (S4)") \
+  X(reclaim_released_keys_total, "fluxon_owner_reclaim_released_keys_total", "", "Slots released by prepared reclaims (route reference and resident holder in one pool update)") \
+  X(reclaim_master_activity_total, "fluxon_owner_reclaim_deferred_total", "reason=master_activity", "Reclaim attempts deferred, by reason (attempts, not keys)") \
+  X(reclaim_master_partial_total, "fluxon_owner_reclaim_deferred_total", "reason=master_partial", "Reclaim attempts deferred, by reason (attempts, not keys)") \
+  X(reclaim_master_closure_total, "fluxon_owner_reclaim_deferred_total", "reason=master_closure", "Reclaim attempts deferred, by reason (attempts, not keys)") \
+  X(reclaim_master_other_total, "fluxon_owner_reclaim_deferred_total", "reason=master_other_reclaim", "Reclaim attempts deferred, by reason (attempts, not keys)") \
+  X(reclaim_owner_holder_total, "fluxon_owner_reclaim_deferred_total", "reason=owner_holder", "Reclaim attempts deferred, by reason (attempts, not keys)") \
+  X(reclaim_owner_write_total, "fluxon_owner_reclaim_deferred_total", "reason=owner_write", "Reclaim attempts deferred, by reason (attempts, not keys)") \
+  X(reclaim_route_changed_total, "fluxon_owner_reclaim_route_changed_total", "", "Reclaims the master found stale (the route or the generation moved on)") \
+  X(reclaim_retry_queued_total, "fluxon_owner_reclaim_retries_total", "outcome=queued", "Reclaim back-offs, and transactions that committed after one") \
+  X(reclaim_retry_completed_total, "fluxon_owner_reclaim_retries_total", "outcome=completed", "Reclaim back-offs, and transactions that committed after one") \
+  X(reclaim_restored_total, "fluxon_owner_reclaim_retries_total", "outcome=restored", "Reclaim back-offs, and transactions that committed after one") \
+  X(reclaim_resent_total, "fluxon_owner_reclaim_resent_total", "", "Reclaim requests re-sent with the same epoch (T1)")
 
 // GetFlights (get_flights.hpp): get_start, flights, master jobs, the data plane (P2, G1-G10).
 #define FLUXON_OWNER_GET_FLIGHTS_COUNTERS(X) \
@@ -105,7 +127,8 @@
 #define FLUXON_OWNER_BOUND_COUNTERS(X) \
   X(claim_queue_full_total, "fluxon_owner_bound_refusals_total", "queue=claim_waiters", "Requests refused at a queue's bound") \
   X(publish_backlog_full_total, "fluxon_owner_bound_refusals_total", "queue=publish_jobs", "Requests refused at a queue's bound") \
-  X(eviction_paused_total, "fluxon_owner_bound_refusals_total", "queue=remove_jobs", "Requests refused at a queue's bound") \
+  X(eviction_paused_total, "fluxon_owner_bound_refusals_total", "queue=reclaims", "Requests refused at a queue's bound") \
+  X(remove_jobs_full_total, "fluxon_owner_bound_refusals_total", "queue=remove_jobs", "Requests refused at a queue's bound") \
   X(flights_full_total, "fluxon_owner_bound_refusals_total", "queue=flights", "Requests refused at a queue's bound") \
   X(exists_full_total, "fluxon_owner_bound_refusals_total", "queue=exists_questions", "Requests refused at a queue's bound") \
   X(pending_gets_full_total, "fluxon_owner_bound_refusals_total", "queue=pending_gets", "Requests refused at a queue's bound") \
@@ -119,6 +142,7 @@
   FLUXON_OWNER_PUT_PATH_COUNTERS(X) \
   FLUXON_OWNER_ROUTE_REMOVAL_COUNTERS(X) \
   FLUXON_OWNER_EVICTION_COUNTERS(X) \
+  FLUXON_OWNER_RECLAIM_COUNTERS(X) \
   FLUXON_OWNER_GET_FLIGHTS_COUNTERS(X) \
   FLUXON_OWNER_REPLICA_PULLER_COUNTERS(X) \
   FLUXON_OWNER_WRITE_BACK_COUNTERS(X) \
@@ -142,7 +166,8 @@
   X(publish_jobs, "publish_jobs", "fluxon_owner_publish_jobs", "", "Publish and route-removal jobs in flight") \
   X(writeback_jobs, "writeback_jobs", "fluxon_owner_writeback_jobs", "", "Owner-hot write-backs in flight") \
   X(hot_bytes, "hot_bytes", "fluxon_owner_hot_bytes", "", "Bytes in the owner-hot tier") \
-  X(eviction_debt_bytes, "eviction_debt_bytes", "fluxon_owner_eviction_debt_bytes", "", "Bytes selected for eviction whose removal is on its way") \
+  X(pending_eviction_reclaim_bytes, "pending_eviction_reclaim_bytes", "fluxon_owner_pending_eviction_reclaim_bytes", "", "Selection debt: bytes selected for eviction whose reclaim has not ended (0 at rest)") \
+  X(reclaims, "reclaims", "fluxon_owner_reclaims", "", "Reclaim transactions in flight") \
   /* remote gets: per-key flights by phase (G7), get jobs with the master in flight */ \
   X(flights_starting, "flights_starting", "fluxon_owner_get_flights", "phase=starting", "Per-key remote get flights by phase (G7)") \
   X(flights_started, "flights_started", "fluxon_owner_get_flights", "phase=started", "Per-key remote get flights by phase (G7)") \

@@ -95,6 +95,7 @@ class PutPath {
     std::vector<bool> superseded;  // a newer local version replaced the item before it went live
     std::vector<uint64_t> offsets, lens;
     std::vector<uint32_t> group_lens;
+    std::vector<uint32_t> groups;  // each item's atomic group (its cohort at the master)
     std::vector<Version> origins;  // resync of fetched replicas: each item's version (else this put)
     std::vector<bool> replica;     // first publication: the items that get a replica task
     Millis next_send = 0;

@@ -86,6 +86,9 @@ class ReservePool {
   void pending_abort(SlotRef r);
   // The route is gone (removed, superseded, or never published). S2: Free when no holder remains.
   void route_dropped(SlotRef r);
+  // A reclaim's release (the owner prepared it: no holder is left): the route reference and the
+  // resident holder go in this one update, Committed -> Free; no state in between is seen.
+  void reclaim(SlotRef r);
   void add_holder(SlotRef r);
   void release_holder(SlotRef r);
 

@@ -1,0 +1,184 @@
+// MasterCore's part of fenced source reclaim (the design's BatchEvictOwnerSource): the registry of
+// reclaim transactions, keyed by (node, epoch), and the fences they hold. The owner drives the
+// transaction (the master never calls an owner); every step is idempotent on its identity.
+//
+//   owner                                   master
+//   Fence(epoch, exact cohort)      ->      generation, closure, versions, backing, no lease:
+//                                   <-      Fenced (all members fenced) | Completed | Stale | RetryableBusy
+//   Prepare: no holder, put or fetch        (fenced: no get source, no put, no removal, no demotion)
+//   release the slots (one pool update)
+//   Commit(epoch)                   ->      the exact replicas go (the last route may), fences go
+//                                   <-      Completed
+//   or Abort(epoch)                 ->      fences go                          <- Aborted
+#include "fluxon/core/local_index.hpp"
+#include "fluxon/core/master_core.hpp"
+
+namespace fluxon {
+
+namespace {
+
+Envelope answer(uint64_t epoch, wire::ReclaimResult r, wire::ReclaimBusy why = wire::ReclaimBusy::None) {
+  wire::ReclaimReplyT rep;
+  rep.epoch = epoch;
+  rep.result = r;
+  rep.busy = why;
+  return make_envelope(std::move(rep));
+}
+
+}  // namespace
+
+Envelope MasterCore::reclaim(const wire::ReclaimT& req) {
+  counters_.reclaim_requests_total++;
+  OwnerInfo& o = owners_[req.node_id];
+  if (req.generation > o.generation) admit_generation(req.node_id, req.generation);
+  if (req.generation < o.generation) {
+    // An old generation's memory is gone, and its replicas with it: nothing to fence or remove.
+    counters_.reclaim_stale_total++;
+    return answer(req.epoch, wire::ReclaimResult::Stale);
+  }
+  switch (req.step) {
+    case wire::ReclaimStep::Fence: return reclaim_fence(req);
+    case wire::ReclaimStep::Commit: return reclaim_commit(req);
+    case wire::ReclaimStep::Abort: return reclaim_abort(req);
+  }
+  counters_.malformed_total++;
+  return error_envelope(Status(Code::kMalformedMessage, "Reclaim: unknown step"));
+}
+
+// A member's replica on the caller: present (the exact version, generation, copy and backing slot),
+// absent (no replica of this version there), or changed (the key moved on to another version, or
+// the node's copy is another backing: the request is stale, never applied to the newer one).
+MasterCore::MemberState MasterCore::member_state(const wire::ReclaimMemberT& m, uint32_t node,
+                                                 uint64_t generation) {
+  auto it = routes_.find(m.key);
+  if (it == routes_.end()) return MemberState::kAbsent;
+  const Route& r = it->second;
+  if (!(r.ver == Version{m.origin_node, m.origin_generation, m.put_id})) return MemberState::kChanged;
+  for (const auto& rep : r.replicas) {
+    if (rep.node_id != node) continue;
+    const bool exact = rep.generation == generation && rep.instance == m.instance && rep.offset == m.offset &&
+                       rep.slot_size == m.slot_size;
+    return exact ? MemberState::kPresent : MemberState::kChanged;
+  }
+  return MemberState::kAbsent;
+}
+
+Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
+  const uint32_t node = req.node_id;
+  if (reclaims_.count({node, req.epoch})) {  // a replay: the fences this identity installed stand
+    counters_.reclaim_in_progress_total++;
+    return answer(req.epoch, wire::ReclaimResult::AlreadyInProgress);
+  }
+  size_t present = 0, absent = 0;
+  for (const auto& m : req.members) {
+    switch (member_state(*m, node, req.generation)) {
+      case MemberState::kPresent: present++; break;
+      case MemberState::kAbsent: absent++; break;
+      case MemberState::kChanged:  // version isolation and backing identity: never another copy
+        counters_.reclaim_stale_total++;
+        return answer(req.epoch, wire::ReclaimResult::Stale);
+    }
+  }
+  auto busy = [&](wire::ReclaimBusy why, uint64_t& counter) {
+    counter++;
+    return answer(req.epoch, wire::ReclaimResult::RetryableBusy, why);
+  };
+  if (present == 0) {  // every source is gone already: nothing to fence
+    // The owner frees the slots on this answer: a re-publication of these copies that crosses it
+    // (sent before, arriving after) stays refused.
+    for (const auto& m : req.members)
+      entomb(m->key, node, Version{m->origin_node, m->origin_generation, m->put_id}, req.generation);
+    counters_.reclaim_completed_total++;
+    return answer(req.epoch, wire::ReclaimResult::Completed);
+  }
+  // A partial cohort is never taken for a new transaction.
+  if (absent > 0) return busy(wire::ReclaimBusy::Partial, counters_.reclaim_busy_partial_total);
+  // Closure: the members are every replica of their cohorts on this node and, with tp_closure, the
+  // other TP ranks' copies of their keys there.
+  std::map<CohortKey, uint32_t> asked;
+  std::unordered_set<std::string> keys;
+  for (const auto& m : req.members) {
+    asked[CohortKey{node, req.generation, m->instance, m->group}]++;
+    keys.insert(m->key);
+  }
+  for (const auto& [cohort, n] : asked) {
+    auto c = cohorts_.find(cohort);
+    if (c == cohorts_.end() || c->second != n)
+      return busy(wire::ReclaimBusy::Closure, counters_.reclaim_busy_closure_total);
+  }
+  if (req.tp_closure)
+    for (const auto& m : req.members)
+      for (const auto& sib : tp_siblings(m->key)) {
+        if (keys.count(sib)) continue;
+        auto r = routes_.find(sib);
+        if (r == routes_.end()) continue;
+        for (const auto& rep : r->second.replicas)
+          if (rep.node_id == node && rep.generation == req.generation)
+            return busy(wire::ReclaimBusy::Closure, counters_.reclaim_busy_closure_total);
+      }
+  // Linearisation: a get or replica pull reading a member holds a lease; another reclaim its fence.
+  for (const auto& m : req.members) {
+    if (reads_.count({m->key, node})) return busy(wire::ReclaimBusy::Activity, counters_.reclaim_busy_activity_total);
+    if (reclaim_fences_.count({m->key, node}))
+      return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
+  }
+  // All members fenced, in this one step (or none above).
+  ReclaimTxn txn{req.generation, {}};
+  for (const auto& m : req.members) {
+    txn.members.push_back(ReclaimMember{m->key, Version{m->origin_node, m->origin_generation, m->put_id}, m->instance,
+                                        m->offset, m->slot_size, m->group});
+    reclaim_fences_[{m->key, node}] = req.epoch;
+  }
+  reclaims_.emplace(std::make_pair(node, req.epoch), std::move(txn));
+  counters_.reclaim_fenced_total++;
+  return answer(req.epoch, wire::ReclaimResult::Fenced);
+}
+
+Envelope MasterCore::reclaim_commit(const wire::ReclaimT& req) {
+  const uint32_t node = req.node_id;
+  // The owner released the backing already: the exact replicas go whatever else happened (a
+  // committed backing never rolls back), the fences last, so no new request saw the freed slot.
+  auto txn = reclaims_.find({node, req.epoch});
+  size_t removed = 0;
+  for (const auto& m : req.members) {
+    if (member_state(*m, node, req.generation) != MemberState::kPresent) continue;
+    drop_replica(m->key, node, true);
+    removed++;
+    counters_.reclaim_replicas_removed_total++;
+    (routes_.count(m->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;
+  }
+  if (txn != reclaims_.end()) {
+    end_reclaim(node, req.epoch);
+    counters_.reclaim_completed_total++;
+    return answer(req.epoch, wire::ReclaimResult::Completed);
+  }
+  if (removed == 0) {  // a replay of an answered commit
+    counters_.reclaim_completed_total++;
+    return answer(req.epoch, wire::ReclaimResult::Completed);
+  }
+  counters_.reclaim_commit_unfenced_total++;  // no transaction, members found: removed, and said so
+  counters_.reclaim_stale_total++;
+  return answer(req.epoch, wire::ReclaimResult::Stale);
+}
+
+Envelope MasterCore::reclaim_abort(const wire::ReclaimT& req) {
+  if (!reclaims_.count({req.node_id, req.epoch})) {  // no such transaction (a replay, or never fenced)
+    counters_.reclaim_stale_total++;
+    return answer(req.epoch, wire::ReclaimResult::Stale);
+  }
+  end_reclaim(req.node_id, req.epoch);
+  counters_.reclaim_aborted_total++;
+  return answer(req.epoch, wire::ReclaimResult::Aborted);
+}
+
+void MasterCore::end_reclaim(uint32_t node, uint64_t epoch) {
+  auto txn = reclaims_.find({node, epoch});
+  if (txn == reclaims_.end()) return;
+  for (const auto& m : txn->second.members) {
+    auto f = reclaim_fences_.find({m.key, node});
+    if (f != reclaim_fences_.end() && f->second == epoch) reclaim_fences_.erase(f);
+  }
+  reclaims_.erase(txn);
+}
+
+}  // namespace fluxon
