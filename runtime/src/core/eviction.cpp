@@ -15,7 +15,15 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
     if (taken({r.put_id, r.group})) return false;
     if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
-    return pool.slot(it->second.slot).holder_refs == 0;  // never a page a reader holds now
+    // Never a page a reader holds now, nor one whose exact cohort has one: the cohort goes whole
+    // or not at all, and a held member would keep it Busy until restored.
+    for (const auto& id : index.exact_cohort({r.put_id, r.group}))
+      if (const auto* keys = index.cohort(id))
+        for (const auto& key : *keys) {
+          auto m = index.find(key);
+          if (m != index.end() && m->second.live && pool.slot(m->second.slot).holder_refs > 0) return false;
+        }
+    return true;
   };
   // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
   const uint64_t got = index.resident().evict_some_if(

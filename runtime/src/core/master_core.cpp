@@ -107,6 +107,8 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     for (const auto& [id, txn] : reclaims_)
       if (id.first == node_id) epochs.push_back(id.second);
     for (uint64_t e : epochs) end_reclaim(node_id, e);
+    // The new generation numbers its epochs from the start again.
+    std::erase_if(ended_reclaims_, [node_id](const auto& e) { return e.first.first == node_id; });
   }
   o.generation = generation;
   counters_.owners_registered_total++;
@@ -125,6 +127,11 @@ void MasterCore::tick(Millis now) {
     // Only the tombstone this entry was queued for: a newer one of the key keeps its own expiry.
     if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
     tombstone_order_.pop_front();
+  }
+  while (!ended_reclaim_order_.empty() && ended_reclaim_order_.front().first <= now) {
+    auto e = ended_reclaims_.find(ended_reclaim_order_.front().second);
+    if (e != ended_reclaims_.end() && e->second <= now) ended_reclaims_.erase(e);
+    ended_reclaim_order_.pop_front();
   }
   while (!demoted_order_.empty() && demoted_order_.front().first <= now) {
     auto d = demoted_.find(demoted_order_.front().second);

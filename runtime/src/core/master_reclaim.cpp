@@ -69,6 +69,10 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     counters_.reclaim_in_progress_total++;
     return answer(req.epoch, wire::ReclaimResult::AlreadyInProgress);
   }
+  if (ended_reclaims_.count({node, req.epoch})) {  // a late duplicate of an attempt that ended
+    counters_.reclaim_stale_total++;
+    return answer(req.epoch, wire::ReclaimResult::Stale);
+  }
   size_t present = 0, absent = 0;
   for (const auto& m : req.members) {
     switch (member_state(*m, node, req.generation)) {
@@ -88,6 +92,7 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     // (sent before, arriving after) stays refused.
     for (const auto& m : req.members)
       entomb(m->key, node, Version{m->origin_node, m->origin_generation, m->put_id}, req.generation);
+    note_reclaim_ended(node, req.epoch);
     counters_.reclaim_completed_total++;
     return answer(req.epoch, wire::ReclaimResult::Completed);
   }
@@ -179,6 +184,12 @@ void MasterCore::end_reclaim(uint32_t node, uint64_t epoch) {
     if (f != reclaim_fences_.end() && f->second == epoch) reclaim_fences_.erase(f);
   }
   reclaims_.erase(txn);
+  note_reclaim_ended(node, epoch);
+}
+
+void MasterCore::note_reclaim_ended(uint32_t node, uint64_t epoch) {
+  ended_reclaims_[{node, epoch}] = now_ + get_ttl_ms_;
+  ended_reclaim_order_.emplace_back(now_ + get_ttl_ms_, std::make_pair(node, epoch));
 }
 
 }  // namespace fluxon

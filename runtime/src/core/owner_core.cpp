@@ -340,8 +340,13 @@ void OwnerCore::want_room(RoomNeeded room) {
 
 void OwnerCore::pressure(Millis now, Outbox& out) {
   // The one caller of eviction: a round at most every eviction_interval_ms, selecting, per slot
-  // class, what waiting claims and fetches need and the free watermark lacks, less the debt.
-  if (now < next_pressure_) return;
+  // class, what waiting claims and fetches need now and the free watermark lacks, less the debt.
+  // A need still real is said again by the next tick (the head waiter, a fetch without a slot):
+  // between rounds none is kept, so a round never acts on one that was served meanwhile.
+  if (now < next_pressure_) {
+    room_.clear();
+    return;
+  }
   for (const auto& [size, bytes] : eviction_.deficits(s_.pool)) {
     uint64_t& b = room_[size];
     if (bytes > b) {

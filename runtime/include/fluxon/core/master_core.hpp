@@ -209,6 +209,11 @@ class MasterCore {
   };
   std::map<std::pair<uint32_t, uint64_t>, ReclaimTxn> reclaims_;
   std::map<std::pair<std::string, uint32_t>, uint64_t> reclaim_fences_;
+  // Ended epochs (committed, aborted, or answered Completed), kept for the get TTL: a late duplicate
+  // of an ended epoch's Fence is Stale, never a fence nobody will lift.
+  std::map<std::pair<uint32_t, uint64_t>, Millis> ended_reclaims_;
+  std::deque<std::pair<Millis, std::pair<uint32_t, uint64_t>>> ended_reclaim_order_;
+  void note_reclaim_ended(uint32_t node, uint64_t epoch);
   MasterCounters counters_;
 };
 
