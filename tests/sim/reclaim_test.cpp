@@ -19,6 +19,7 @@ struct Copy {
   std::string key;
   uint64_t put_id = 0, offset = 0, slot_size = 4096;
   uint32_t group = 0;
+  uint64_t instance = 0;  // the copy's local identity (0: its put)
 };
 
 // PutDone of node's put `put_id`: the copies, with their groups and slots.
@@ -59,7 +60,7 @@ Answer reclaim(MasterCore& m, uint32_t node, uint64_t epoch, wire::ReclaimStep s
     w->origin_node = node;
     w->origin_generation = 1;
     w->put_id = c.put_id;
-    w->instance = c.put_id;
+    w->instance = c.instance ? c.instance : c.put_id;
     w->group = c.group;
     w->offset = c.offset;
     w->slot_size = c.slot_size;
@@ -151,6 +152,13 @@ TEST_CASE("reclaim version isolation: a fence or commit naming another version t
   CHECK(commit(m, 1, 101, old).result == R::Completed);  // nothing of that version to remove
   CHECK(m.route_put_id("a") == 5);
   CHECK(m.route_put_id("b") == 5);
+  // The same copy (its local identity, slot) named with another version: Stale all the same.
+  std::vector<Copy> renamed = kPair;
+  for (auto& c : renamed) c.put_id = 4, c.instance = 5;
+  CHECK(fence(m, 1, 102, renamed).result == R::Stale);
+  CHECK(m.reclaim_fence_count() == 0);
+  CHECK(commit(m, 1, 103, renamed).result == R::Completed);
+  CHECK(m.route_put_id("a") == 5);
   // The route moves on while a fence of the old version is pending: the Commit removes nothing new.
   MasterCore m2 = master_with_pair();
   REQUIRE(fence(m2, 1, 100, kPair).result == R::Fenced);
@@ -597,4 +605,17 @@ TEST_CASE("reclaim failing candidates converge: Busy backs off a bounded number 
   CHECK(q.replies.count(claim2));
   CHECK(q.o.eviction_debt_bytes() == 0);
   CHECK(q.ctr().evicted_bytes_total == q.ctr().reclaim_committed_bytes_total + q.ctr().reclaim_obsolete_bytes_total);
+}
+
+TEST_CASE("reclaim partial and replay, owner side: a fence answered Completed (the master holds none of the copies) releases the cohort without a Commit") {
+  Rig r;
+  const uint64_t claim = r.fill_and_claim([&] { r.m = MasterCore{}; });  // the owner has not noticed yet
+  r.tick(1);
+  REQUIRE(r.replies.count(claim));
+  CHECK(r.m.counters().reclaim_requests_total == 1);  // the Fence only
+  CHECK(r.m.counters().reclaim_completed_total == 1);
+  CHECK(r.ctr().reclaim_committed_keys_total == 2);
+  CHECK(r.ctr().reclaim_released_keys_total == 2);
+  CHECK(r.o.eviction_debt_bytes() == 0);
+  CHECK(r.o.reclaims_in_flight() == 0);
 }
