@@ -327,6 +327,10 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     client.stats()
     allgather(0)
     stats = client.stats()
+    end = time.time() + 10  # evictions in flight end (S4: committed, restored or obsolete)
+    while time.time() < end and (stats.get("pending_eviction_reclaim_bytes") or stats.get("reclaims")):
+        time.sleep(0.05)
+        stats = client.stats()
     if a.remote_cache:  # replica tasks settle in the background: give them a moment to land
         end = time.time() + 5
         while time.time() < end and client.master_stats()["replica_tasks_queued"]:
@@ -485,7 +489,11 @@ def main(argv=None):
               "totals": t, "rounds": r0["rounds"], "master": r0["master_stats"]}
     if a.json:
         print(json.dumps(report, indent=1))
-        return 0 if all(r["totals"]["verify_failures"] == 0 for r in results) else 1
+        st = r0["owner_stats"]
+        reconciled = st.get("evicted_bytes_total", 0) == sum(
+            st.get(f"reclaim_{e}_bytes_total", 0) for e in ("committed", "restored", "obsolete")) + \
+            st.get("pending_eviction_reclaim_bytes", 0)
+        return 0 if reconciled and all(r["totals"]["verify_failures"] == 0 for r in results) else 1
     print()
     print(f"{'round':>5} {'reqs':>5} {'tokens':>9} {'L1%':>6} {'L2%':>6} {'L3%':>6} {'total%':>7} "
           f"{'recomp':>8} {'backup MB':>10} {'restore MB':>11} {'req/s':>7}")
@@ -522,9 +530,25 @@ def main(argv=None):
           f"{ms.get('removed_last_copy_total', 0)} last copies; write-back tasks "
           f"{ms.get('writeback_tasks_total', 0)}, backed {ms.get('writeback_backed_total', 0)}, demoted keys "
           f"{ms.get('demoted_keys_total', 0)}, demotions refused {ms.get('demote_kept_total', 0)}")
+    # S4, to the byte: every selected byte's reclaim ended (or is still pending, said so).
+    ended = st.get("reclaim_committed_bytes_total", 0) + st.get("reclaim_restored_bytes_total", 0) + \
+        st.get("reclaim_obsolete_bytes_total", 0)
+    pending = st.get("pending_eviction_reclaim_bytes", 0)
+    reconciled = st.get("evicted_bytes_total", 0) == ended + pending
+    print(f"  evictions (S4): {st.get('evicted_keys_total', 0)} keys / {st.get('evicted_bytes_total', 0)} bytes selected"
+          f" = committed {st.get('reclaim_committed_bytes_total', 0)} + restored {st.get('reclaim_restored_bytes_total', 0)}"
+          f" + obsolete {st.get('reclaim_obsolete_bytes_total', 0)} + pending {pending} bytes"
+          f" ({'reconciled' if reconciled else 'NOT RECONCILED'}); {st.get('reclaim_started_total', 0)}"
+          f" transactions; deferred: master activity {st.get('reclaim_master_activity_total', 0)}, partial"
+          f" {st.get('reclaim_master_partial_total', 0)}, closure {st.get('reclaim_master_closure_total', 0)}, owner holder"
+          f" {st.get('reclaim_owner_holder_total', 0)}, write {st.get('reclaim_owner_write_total', 0)}; back-offs"
+          f" {st.get('reclaim_retry_queued_total', 0)}, then committed {st.get('reclaim_retry_completed_total', 0)},"
+          f" restored {st.get('reclaim_restored_total', 0)}; master fenced {ms.get('reclaim_fenced_total', 0)},"
+          f" refused gets {ms.get('reclaim_refused_gets_total', 0)} puts {ms.get('reclaim_refused_puts_total', 0)},"
+          f" fences left {ms.get('reclaim_fences', 0)}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
-    return 0 if bad == 0 else 1
+    return 0 if bad == 0 and reconciled else 1
 
 
 if __name__ == "__main__":
