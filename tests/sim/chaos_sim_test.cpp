@@ -1,10 +1,12 @@
 // The whole cluster under a random workload and random faults, in the deterministic simulator:
 // two GPU owners with small segments (capacity eviction at work) and owner-hot write-back, one
 // remote_cache owner; puts in atomic groups, local and remote reads, clients dying with reads open,
-// keys evicted by hand, master restarts, and lost, duplicated and delayed owner<->master messages and
-// failing fetches throughout. Checked on every read: the bytes are a value some put of that key
+// keys evicted by hand, owner crashes, master restarts, and lost, duplicated and delayed (so
+// reordered) owner<->master messages and failing fetches throughout; capacity eviction through the
+// fenced reclaim transaction all along, racing readers, puts and write-backs. Checked on every read: the bytes are a value some put of that key
 // wrote (no slot reused under a reader: S2; no torn or foreign copy). Checked at the end, faults off:
-// nothing left in flight, and the master's routes and the owners' live entries name each other.
+// nothing left in flight (no reclaim, fence or selection debt either; S4 to the byte), and the
+// master's routes and the owners' live entries name each other.
 // Each run prints its seed; FLUXON_SEED=<seed> replays one.
 #include <map>
 #include <random>
@@ -33,7 +35,7 @@ struct Chaos {
   std::vector<std::string> keys;
   std::map<std::string, std::set<std::vector<uint8_t>>> written;  // every value committed per key
   std::vector<uint64_t> sessions;                                   // per GPU owner
-  uint64_t version = 1, reads = 0, read_keys = 0, put_ok = 0, put_failed = 0, bad = 0;
+  uint64_t version = 1, reads = 0, read_keys = 0, put_ok = 0, put_failed = 0, bad = 0, crashes = 0;
   std::map<std::string, uint64_t> refusals;
 
   Chaos(sim::Cluster& cluster, uint64_t seed) : c(cluster), rng(seed) {
@@ -115,6 +117,14 @@ struct Chaos {
     else if (x < 995) c.remove_key(o, keys[rng() % keys.size()]);
     else c.restart_master();
   }
+
+  // An owner process dies (its reads, puts, reclaims and fetches with it) and the next generation
+  // starts empty; its clients connect again.
+  void crash_owner(int o) {
+    crashes++;
+    c.restart_owner(o);
+    if (o < 2) sessions[o] = c.open_session(o);
+  }
 };
 
 }  // namespace
@@ -131,12 +141,15 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     c.to_master = {0.1, 0.1, 1, 20};
     c.from_master = {0.1, 0.1, 1, 20};
     c.data = {0.1, 0, 1, 5};
-    for (int i = 0; i < 2500; ++i) w.step();
+    for (int i = 0; i < 2500; ++i) {
+      if (i == 1000) w.crash_owner(int(w.rng() % 3));  // one owner process dies midway
+      w.step();
+    }
     // Faults off; let every retry and timer run out.
     c.to_master = c.from_master = sim::kQuietLink;
     c.data = sim::kQuietLink;
     for (int o : {0, 1}) c.close_session(o, w.sessions[o]);
-    REQUIRE(c.run_until([&] {
+    const bool drained = c.run_until([&] {
       for (int o : {0, 1, 2}) {
         auto st = c.owner(o).stats();
         if (st.flights_starting + st.flights_started + st.flights_finishing + st.get_jobs + st.pending_gets +
@@ -146,7 +159,19 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
           return false;
       }
       return c.master().inflight_get_count() == 0 && c.master().reclaim_count() == 0;
-    }, 300000));
+    }, 300000);
+    if (!drained)
+      for (int o : {0, 1, 2}) {
+        auto st = c.owner(o).stats();
+        MESSAGE("node " << o + 1 << " still: flights " << st.flights_starting << "/" << st.flights_started << "/"
+                        << st.flights_finishing << " get jobs " << st.get_jobs << " pending gets " << st.pending_gets
+                        << " prepared " << st.slots_prepared << " pending " << st.slots_pending << " publish jobs "
+                        << st.publish_jobs << " holders " << st.holders << " plans " << st.active_put_plans
+                        << " write-backs " << c.owner(o).writebacks_pending() << " reclaims " << st.reclaims
+                        << "; master gets " << c.master().inflight_get_count() << " reclaims "
+                        << c.master().reclaim_count());
+      }
+    REQUIRE(drained);
     CHECK(c.master().reclaim_fence_count() == 0);
     c.run_for(2000);
     // The master's routes and the owners' live entries name each other, key by key.
@@ -181,7 +206,8 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
                     << w.read_keys << " keys checked, " << routes << " keys routed at the end; node 1 evicted "
                     << a.evicted_keys_total << " keys, demoted " << a.demoted_keys_total << ", remote gets "
                     << a.get_leader_keys_total << "; messages dropped " << c.messages_dropped() << ", duplicated "
-                    << c.messages_duplicated() << "; fetches failed " << c.transfers_failed());
+                    << c.messages_duplicated() << "; fetches failed " << c.transfers_failed() << "; owner crashes "
+                    << w.crashes);
     for (int o : {0, 1, 2}) {
       const auto& oc = c.owner(o).counters();
       MESSAGE("node " << o + 1 << " reclaims: " << oc.reclaim_started_total << " transactions, keys committed "

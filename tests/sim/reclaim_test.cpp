@@ -103,6 +103,10 @@ TEST_CASE("reclaim linearisation: a fence waits for the get and replica leases o
   CHECK(busy.busy == wire::ReclaimBusy::Activity);
   CHECK(m.reclaim_fence_count() == 0);  // none of the two
   REQUIRE(m_done(m, 2, "a", 1, 8192) == wire::GetDoneStatus::Live);
+  // A late duplicate of the refused attempt is refused again: it never installs a fence its owner,
+  // gone on to another epoch, would not lift.
+  CHECK(fence(m, 1, 100, kPair).result == R::RetryableBusy);
+  CHECK(m.reclaim_fence_count() == 0);
   // Node 2's copy of a is a replica of its own: node 1's fence no longer waits for anyone.
   CHECK(fence(m, 1, 101, kPair).result == R::Fenced);
   CHECK(m.reclaim_fence_count() == 2);
@@ -211,8 +215,14 @@ TEST_CASE("reclaim partial and replay: all gone is Completed, the same epoch aga
   CHECK(m.reclaim_count() == 1);
   CHECK(commit(m, 1, 100, kPair).result == R::Completed);
   CHECK(commit(m, 1, 100, kPair).result == R::Completed);  // the reply was lost: the same answer
-  CHECK(fence(m, 1, 100, kPair).result == R::Stale);       // a late duplicate of an ended epoch
+  CHECK(fence(m, 1, 100, kPair).result == R::Completed);   // a late duplicate of an ended epoch: its answer,
+  CHECK(m.reclaim_fence_count() == 0);                     // and no fence nobody would lift
   CHECK(fence(m, 1, 104, kPair).result == R::Completed);   // every source is gone
+  MasterCore ma = master_with_pair();
+  REQUIRE(fence(ma, 1, 300, kPair).result == R::Fenced);
+  REQUIRE(abort_(ma, 1, 300, kPair).result == R::Aborted);
+  CHECK(fence(ma, 1, 300, kPair).result == R::Aborted);  // a duplicate of the aborted attempt: fences nothing
+  CHECK(ma.reclaim_fence_count() == 0);
   CHECK(m.reclaim_count() == 0);
   // Partial: one member's copy went another way (here a removal) and no transaction knows the pair.
   MasterCore m2 = master_with_pair();

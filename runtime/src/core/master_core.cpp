@@ -106,7 +106,7 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     std::vector<uint64_t> epochs;
     for (const auto& [id, txn] : reclaims_)
       if (id.first == node_id) epochs.push_back(id.second);
-    for (uint64_t e : epochs) end_reclaim(node_id, e);
+    for (uint64_t e : epochs) end_reclaim(node_id, e, wire::ReclaimResult::Aborted);
     // The new generation numbers its epochs from the start again.
     std::erase_if(ended_reclaims_, [node_id](const auto& e) { return e.first.first == node_id; });
   }
@@ -130,7 +130,7 @@ void MasterCore::tick(Millis now) {
   }
   while (!ended_reclaim_order_.empty() && ended_reclaim_order_.front().first <= now) {
     auto e = ended_reclaims_.find(ended_reclaim_order_.front().second);
-    if (e != ended_reclaims_.end() && e->second <= now) ended_reclaims_.erase(e);
+    if (e != ended_reclaims_.end() && e->second.expires <= now) ended_reclaims_.erase(e);
     ended_reclaim_order_.pop_front();
   }
   while (!demoted_order_.empty() && demoted_order_.front().first <= now) {

@@ -69,9 +69,10 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     counters_.reclaim_in_progress_total++;
     return answer(req.epoch, wire::ReclaimResult::AlreadyInProgress);
   }
-  if (ended_reclaims_.count({node, req.epoch})) {  // a late duplicate of an attempt that ended
-    counters_.reclaim_stale_total++;
-    return answer(req.epoch, wire::ReclaimResult::Stale);
+  if (auto e = ended_reclaims_.find({node, req.epoch}); e != ended_reclaims_.end()) {
+    // A duplicate of an attempt that ended: the answer it ended with, and nothing installed.
+    counters_.reclaim_replays_total++;
+    return answer(req.epoch, e->second.result, e->second.busy);
   }
   size_t present = 0, absent = 0;
   for (const auto& m : req.members) {
@@ -80,11 +81,13 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
       case MemberState::kAbsent: absent++; break;
       case MemberState::kChanged:  // version isolation and backing identity: never another copy
         counters_.reclaim_stale_total++;
+        note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Stale);
         return answer(req.epoch, wire::ReclaimResult::Stale);
     }
   }
   auto busy = [&](wire::ReclaimBusy why, uint64_t& counter) {
     counter++;
+    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::RetryableBusy, why);  // the owner asks anew
     return answer(req.epoch, wire::ReclaimResult::RetryableBusy, why);
   };
   if (present == 0) {  // every source is gone already: nothing to fence
@@ -92,7 +95,7 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     // (sent before, arriving after) stays refused.
     for (const auto& m : req.members)
       entomb(m->key, node, Version{m->origin_node, m->origin_generation, m->put_id}, req.generation);
-    note_reclaim_ended(node, req.epoch);
+    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Completed);
     counters_.reclaim_completed_total++;
     return answer(req.epoch, wire::ReclaimResult::Completed);
   }
@@ -153,7 +156,7 @@ Envelope MasterCore::reclaim_commit(const wire::ReclaimT& req) {
     (routes_.count(m->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;
   }
   if (txn != reclaims_.end()) {
-    end_reclaim(node, req.epoch);
+    end_reclaim(node, req.epoch, wire::ReclaimResult::Completed);
     counters_.reclaim_completed_total++;
     return answer(req.epoch, wire::ReclaimResult::Completed);
   }
@@ -171,12 +174,12 @@ Envelope MasterCore::reclaim_abort(const wire::ReclaimT& req) {
     counters_.reclaim_stale_total++;
     return answer(req.epoch, wire::ReclaimResult::Stale);
   }
-  end_reclaim(req.node_id, req.epoch);
+  end_reclaim(req.node_id, req.epoch, wire::ReclaimResult::Aborted);
   counters_.reclaim_aborted_total++;
   return answer(req.epoch, wire::ReclaimResult::Aborted);
 }
 
-void MasterCore::end_reclaim(uint32_t node, uint64_t epoch) {
+void MasterCore::end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult how) {
   auto txn = reclaims_.find({node, epoch});
   if (txn == reclaims_.end()) return;
   for (const auto& m : txn->second.members) {
@@ -184,11 +187,11 @@ void MasterCore::end_reclaim(uint32_t node, uint64_t epoch) {
     if (f != reclaim_fences_.end() && f->second == epoch) reclaim_fences_.erase(f);
   }
   reclaims_.erase(txn);
-  note_reclaim_ended(node, epoch);
+  note_reclaim_ended(node, epoch, how);
 }
 
-void MasterCore::note_reclaim_ended(uint32_t node, uint64_t epoch) {
-  ended_reclaims_[{node, epoch}] = now_ + get_ttl_ms_;
+void MasterCore::note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how, wire::ReclaimBusy why) {
+  ended_reclaims_[{node, epoch}] = EndedReclaim{now_ + get_ttl_ms_, how, why};
   ended_reclaim_order_.emplace_back(now_ + get_ttl_ms_, std::make_pair(node, epoch));
 }
 

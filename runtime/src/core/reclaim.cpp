@@ -68,6 +68,7 @@ void Reclaim::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
         case R::Fenced:
         case R::AlreadyInProgress: return prepare(*id, t, true, now, out, busy);
         case R::Completed: return prepare(*id, t, false, now, out, busy);  // no replica left to fence
+        case R::Aborted: return back_off(*id, t, now);  // (an ended attempt's answer: nothing fenced)
         case R::RetryableBusy:
           switch (rr->busy) {
             case wire::ReclaimBusy::Activity: s_.counters.reclaim_master_activity_total++; break;

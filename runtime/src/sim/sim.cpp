@@ -13,15 +13,26 @@ Cluster::Cluster(uint64_t seed, const OwnerConfig& owner_cfg, int owners, std::v
     c.node_id = uint32_t(i + 1);
     if (size_t(i) < roles.size()) c.role = roles[size_t(i)];
     c.alone_in_cluster = owners == 1;
-    OwnerNode n;
-    n.core = std::make_unique<OwnerCore>(c, /*generation=*/1000 + i, "sim", c.dram_bytes);
-    n.ports = std::make_unique<Ports>(*this, i);
-    n.driver = std::make_unique<OwnerDriver>(*n.core, *n.ports, &plan_, &rng_);
-    owners_.push_back(std::move(n));
-    // Registration goes through the faulty network like every other master message.
-    owners_.back().driver->master_up(now_, /*reconnected=*/false);
+    owners_.emplace_back();
+    owners_.back().cfg = c;
+    start_owner(i, /*generation=*/1000 + uint64_t(i));
   }
 }
+
+void Cluster::start_owner(int i, uint64_t generation) {
+  OwnerNode& n = owners_[size_t(i)];
+  n.driver.reset();  // the driver refers to the core and the ports: it goes first
+  n.core = std::make_unique<OwnerCore>(n.cfg, generation, "sim", n.cfg.dram_bytes);
+  n.ports = std::make_unique<Ports>(*this, i);
+  n.driver = std::make_unique<OwnerDriver>(*n.core, *n.ports, &plan_, &rng_);
+  n.notes.clear();
+  n.mem.clear();  // a new process: its segment is new memory
+  n.incarnation++;
+  // Registration goes through the faulty network like every other master message.
+  n.driver->master_up(now_, /*reconnected=*/false);
+}
+
+void Cluster::restart_owner(int i) { start_owner(i, owners_[size_t(i)].core->generation() + 1); }
 
 void Cluster::schedule(Millis delay, std::function<void()> fn) {
   events_.push(Event{now_ + delay, seq_++, std::move(fn)});
@@ -34,7 +45,7 @@ uint64_t Cluster::fired(FaultPoints::Point p, FaultPoints::Fault f) const {
 }
 
 void Cluster::Ports::reply(uint64_t token, Envelope& env) {
-  c_.replies_.emplace(client_token(owner_, token), std::move(env));
+  c_.replies_.emplace(c_.client_token(owner_, token), std::move(env));
 }
 
 void Cluster::Ports::note(uint64_t session, Envelope& env) {
@@ -42,23 +53,24 @@ void Cluster::Ports::note(uint64_t session, Envelope& env) {
 }
 
 void Cluster::Ports::to_master(uint64_t token, SharedBytes bytes, Millis delay) {
-  const uint64_t epoch = c_.master_epoch_;
+  const uint64_t epoch = c_.master_epoch_, life = c_.owners_[owner_].incarnation;
   Cluster& c = c_;
   const int owner = owner_;
-  c.schedule(delay, [&c, owner, token, bytes, epoch] {
+  c.schedule(delay, [&c, owner, token, bytes, epoch, life] {
     if (epoch != c.master_epoch_) return;  // sent to a master that has since died
     auto req = decode(*bytes);
     Envelope rep = req.ok() ? c.master_.handle(**req, c.now_) : error_envelope(req.status());
+    if (life != c.owners_[owner].incarnation) return;  // the sender died: its connection with it
     c.owners_[owner].driver->master_replied(token, std::make_shared<const Bytes>(encode(rep)));
   });
 }
 
 void Cluster::Ports::master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) {
-  const uint64_t epoch = c_.master_epoch_;
+  const uint64_t epoch = c_.master_epoch_, life = c_.owners_[owner_].incarnation;
   Cluster& c = c_;
   const int owner = owner_;
-  c.schedule(delay, [&c, owner, token, bytes, epoch] {
-    if (epoch != c.master_epoch_) return;  // the connection died with that master
+  c.schedule(delay, [&c, owner, token, bytes, epoch, life] {
+    if (epoch != c.master_epoch_ || life != c.owners_[owner].incarnation) return;  // the connection died
     c.owners_[owner].driver->on_master_reply(token, *bytes, c.now_);
   });
 }
@@ -69,7 +81,9 @@ void Cluster::Ports::fetch(TransferBatch transfer, bool fail, Millis delay) {
   auto batch = std::make_shared<TransferBatch>(std::move(transfer));
   Cluster& c = c_;
   const int owner = owner_;
-  c.schedule(delay, [&c, owner, batch, fail] {
+  const uint64_t life = c_.owners_[owner_].incarnation;
+  c.schedule(delay, [&c, owner, batch, fail, life] {
+    if (life != c.owners_[owner].incarnation) return;  // the requester died: nobody waits for it
     Status st = Status::ok();
     const int src = int(batch->source_node) - 1;
     if (fail) st = Status(Code::kTimeout, "sim: data link failed");

@@ -130,7 +130,7 @@ class MasterCore {
   Envelope reclaim_fence(const wire::ReclaimT& req);
   Envelope reclaim_commit(const wire::ReclaimT& req);
   Envelope reclaim_abort(const wire::ReclaimT& req);
-  void end_reclaim(uint32_t node, uint64_t epoch);
+  void end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult how);
   enum class MemberState { kPresent, kAbsent, kChanged };
   MemberState member_state(const wire::ReclaimMemberT& m, uint32_t node, uint64_t generation);
   void add_replica(const std::string& key, Route& r, Replica rep);
@@ -209,11 +209,18 @@ class MasterCore {
   };
   std::map<std::pair<uint32_t, uint64_t>, ReclaimTxn> reclaims_;
   std::map<std::pair<std::string, uint32_t>, uint64_t> reclaim_fences_;
-  // Ended epochs (committed, aborted, or answered Completed), kept for the get TTL: a late duplicate
-  // of an ended epoch's Fence is Stale, never a fence nobody will lift.
-  std::map<std::pair<uint32_t, uint64_t>, Millis> ended_reclaims_;
+  // Ended epochs and how (committed, aborted, or a Fence answered anything but Fenced), kept for the
+  // get TTL: a late duplicate of an ended epoch's Fence gets that answer again — never a fence that
+  // nobody will lift (its owner moved on to another epoch).
+  struct EndedReclaim {
+    Millis expires = 0;
+    wire::ReclaimResult result = wire::ReclaimResult::Completed;
+    wire::ReclaimBusy busy = wire::ReclaimBusy::None;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, EndedReclaim> ended_reclaims_;
   std::deque<std::pair<Millis, std::pair<uint32_t, uint64_t>>> ended_reclaim_order_;
-  void note_reclaim_ended(uint32_t node, uint64_t epoch);
+  void note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how,
+                          wire::ReclaimBusy why = wire::ReclaimBusy::None);
   MasterCounters counters_;
 };
 

@@ -57,6 +57,7 @@
   X(reclaim_completed_total, "fluxon_master_reclaim_answers_total", "result=completed", "Reclaim answers by result") \
   X(reclaim_stale_total, "fluxon_master_reclaim_answers_total", "result=stale", "Reclaim answers by result") \
   X(reclaim_aborted_total, "fluxon_master_reclaim_answers_total", "result=aborted", "Reclaim answers by result") \
+  X(reclaim_replays_total, "fluxon_master_reclaim_answers_total", "result=replayed", "Reclaim answers by result") \
   X(reclaim_busy_activity_total, "fluxon_master_reclaim_busy_total", "reason=activity", "Reclaim fences refused for now, by reason") \
   X(reclaim_busy_partial_total, "fluxon_master_reclaim_busy_total", "reason=partial", "Reclaim fences refused for now, by reason") \
   X(reclaim_busy_closure_total, "fluxon_master_reclaim_busy_total", "reason=closure", "Reclaim fences refused for now, by reason") \

@@ -11,7 +11,8 @@
 //   kCommitting  slots released; waits for the master to remove the exact replicas and the fences.
 //   kAborting    waits for the fences to go, then backs off.
 //   kWaiting     bounded exponential back-off, then Fence again under a new epoch (an epoch is one
-//                attempt: a late duplicate of an ended one is Stale at the master). After
+//                attempt: a late duplicate of an ended one gets its ending answer again at the
+//                master and installs nothing). After
 //                kMaxAttempts the cohort goes back to the resident tier (restored).
 //
 // Every request is re-sent with the same epoch until answered (T1). Declared bound:

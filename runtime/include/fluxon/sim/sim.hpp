@@ -56,6 +56,9 @@ class Cluster {
   // PutLive notes delivered to owner's session so far (session ids are per owner).
   std::vector<wire::PutLiveT> take_put_live(int owner, uint64_t session);
 
+  // Owner i's process dies and a new one (the next generation, an empty segment, no sessions)
+  // takes its place: what was in flight to or from the old one finds nobody.
+  void restart_owner(int i);
   // The master process dies and a fresh one (no state) takes its place; owners reconnect.
   void restart_master();
   void run_for(Millis ms);
@@ -97,15 +100,21 @@ class Cluster {
     int owner_;
   };
   struct OwnerNode {
+    OwnerConfig cfg;
     std::unique_ptr<OwnerCore> core;
     std::unique_ptr<Ports> ports;
     std::unique_ptr<OwnerDriver> driver;
     std::map<uint64_t, std::vector<wire::PutLiveT>> notes;
     std::map<uint64_t, std::vector<uint8_t>> mem;
+    uint64_t incarnation = 0;  // its process: a restart starts the next
   };
   void schedule(Millis delay, std::function<void()> fn);
+  void start_owner(int i, uint64_t generation);
   void step_to(Millis t);
-  static uint64_t client_token(int owner, uint64_t token) { return (uint64_t(owner) << 48) | token; }
+  // A client's request: the owner, its incarnation (a restarted owner numbers its tokens anew), the token.
+  uint64_t client_token(int owner, uint64_t token) const {
+    return (uint64_t(owner) << 56) | ((owners_[size_t(owner)].incarnation & 0xFF) << 48) | token;
+  }
 
   uint64_t seed_;
   std::mt19937_64 rng_;
