@@ -53,7 +53,11 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
 }
 
 void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation) {
-  tombstones_[{key, node}] = Removed{ver, generation, now_ + kTombstoneMs};
+  auto [t, fresh] = tombstones_.try_emplace({key, node}, Removed{ver, generation, now_ + kTombstoneMs});
+  // A newer tombstone of the same writer stays: it covers this version too.
+  const bool older = !fresh && t->second.generation == generation && t->second.ver.origin_node == ver.origin_node &&
+                     t->second.ver.origin_generation == ver.origin_generation && ver.put_id < t->second.ver.put_id;
+  if (!older) t->second = Removed{ver, generation, now_ + kTombstoneMs};
   tombstone_order_.emplace_back(now_ + kTombstoneMs, std::make_pair(key, node));
 }
 
@@ -219,7 +223,11 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
         counters_.routes_published_total++;
         continue;
       }
-      rep.results.push_back(wire::PutItemResult::Exists);  // stale, or another version holds the key
+      // Stale, or another version holds the key. Refused for good: a later attempt of this identity
+      // (a duplicate, a re-send whose first answer the owner already took) finds the same answer
+      // even once the other version has gone — the owner freed this copy's slot on the first (T1).
+      entomb(item->key, pd.node_id, v, pd.generation);
+      rep.results.push_back(wire::PutItemResult::Exists);
       counters_.put_done_exists_total++;
       continue;
     }
