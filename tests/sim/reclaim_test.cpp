@@ -629,3 +629,29 @@ TEST_CASE("reclaim partial and replay, owner side: a fence answered Completed (t
   CHECK(r.o.eviction_debt_bytes() == 0);
   CHECK(r.o.reclaims_in_flight() == 0);
 }
+
+TEST_CASE("master T1: a PutDone item refused while another version held the key stays refused for that identity once the other version is gone") {
+  MasterCore m;
+  publish(m, 3, 9, {{"k", 9, 0}});  // node 3's version holds k
+  wire::PutDoneT pd;
+  pd.node_id = 1;
+  pd.generation = 1;
+  pd.put_id = 4;
+  pd.items.push_back(std::make_unique<wire::RouteItemT>());
+  pd.items[0]->key = "k";
+  pd.items[0]->offset = 4096;
+  pd.items[0]->len = 4096;
+  auto first = m.handle(make_envelope(pd));
+  REQUIRE(first.body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);  // the owner frees its slot
+  // Node 3 goes (a restart): k has no route. The same PutDone again (a duplicate, a re-send):
+  wire::RegisterOwnerT reg;
+  reg.node_id = 3;
+  reg.generation = 2;
+  REQUIRE(m.handle(make_envelope(reg)).body.AsRegisterOwnerReply());
+  REQUIRE(m.route_count() == 0);
+  auto again = m.handle(make_envelope(pd));
+  CHECK(again.body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);
+  CHECK(m.route_count() == 0);  // never a route to the slot freed on the first answer
+  pd.put_id = 5;                // a newer put of the key is welcome
+  CHECK(m.handle(make_envelope(pd)).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+}

@@ -355,3 +355,21 @@ TEST_CASE("bounds: with write-backs at their bound, a cohort the hot tier evicts
   CHECK(oc.demoted_keys_total == 0);       // and nothing dropped: the entries stay
   CHECK(c.owner(0).writebacks_pending() == 0);
 }
+
+TEST_CASE("master T1: a Demote answered Kept stays Kept for its demote_id - a late duplicate never drops copies the owner kept") {
+  MasterCore m;
+  w_register(m, 1, "sglang_owner");
+  w_register(m, 2, "remote_cache");
+  w_put(m, 1, 7, "a");
+  auto demote = [&](uint64_t id) {
+    auto d = w_items<wire::DemoteT>(1, {{"a", 7}});
+    d.demote_id = id;
+    return m.handle(make_envelope(std::move(d))).body.AsDemoteReply()->status;
+  };
+  CHECK(demote(5) == wire::DemoteStatus::Kept);  // no target copy yet: the owner keeps its copy
+  w_copy(m, 2, "a", 1);                          // the target's copy lands afterwards
+  CHECK(demote(5) == wire::DemoteStatus::Kept);  // the same request again (a duplicate): still Kept
+  CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
+  CHECK(demote(6) == wire::DemoteStatus::Demoted);  // a new request is decided anew
+  CHECK(m.replica_nodes("a") == std::vector<uint32_t>{2});
+}

@@ -113,6 +113,7 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     for (uint64_t e : epochs) end_reclaim(node_id, e, wire::ReclaimResult::Aborted);
     // The new generation numbers its epochs from the start again.
     std::erase_if(ended_reclaims_, [node_id](const auto& e) { return e.first.first == node_id; });
+    std::erase_if(kept_demotes_, [node_id](const auto& e) { return e.first.first == node_id; });
   }
   o.generation = generation;
   counters_.owners_registered_total++;
@@ -131,6 +132,11 @@ void MasterCore::tick(Millis now) {
     // Only the tombstone this entry was queued for: a newer one of the key keeps its own expiry.
     if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
     tombstone_order_.pop_front();
+  }
+  while (!kept_demote_order_.empty() && kept_demote_order_.front().first <= now) {
+    auto k = kept_demotes_.find(kept_demote_order_.front().second);
+    if (k != kept_demotes_.end() && k->second <= now) kept_demotes_.erase(k);
+    kept_demote_order_.pop_front();
   }
   while (!ended_reclaim_order_.empty() && ended_reclaim_order_.front().first <= now) {
     auto e = ended_reclaims_.find(ended_reclaim_order_.front().second);

@@ -62,6 +62,11 @@ Envelope MasterCore::demote(const wire::DemoteT& req) {
   wire::DemoteReplyT rep;
   rep.status = wire::DemoteStatus::Demoted;
   const OwnerInfo& o = owners_[req.node_id];
+  if (req.demote_id && kept_demotes_.count({req.node_id, req.demote_id})) {  // answered Kept: it stays so
+    counters_.demote_kept_total++;
+    rep.status = wire::DemoteStatus::Kept;
+    return make_envelope(std::move(rep));
+  }
   for (const auto& item : req.items) {
     const Version v{item->origin_node, item->origin_generation, item->origin_put_id};
     auto r = routes_.find(item->key);
@@ -82,7 +87,13 @@ Envelope MasterCore::demote(const wire::DemoteT& req) {
     }
     if (fenced(item->key, req.node_id)) rep.status = wire::DemoteStatus::Busy;
   }
-  if (rep.status == wire::DemoteStatus::Kept) counters_.demote_kept_total++;
+  if (rep.status == wire::DemoteStatus::Kept) {
+    counters_.demote_kept_total++;
+    if (req.demote_id) {
+      kept_demotes_[{req.node_id, req.demote_id}] = now_ + get_ttl_ms_;
+      kept_demote_order_.emplace_back(now_ + get_ttl_ms_, std::make_pair(req.node_id, req.demote_id));
+    }
+  }
   if (rep.status == wire::DemoteStatus::Busy) counters_.demote_busy_total++;
   if (rep.status != wire::DemoteStatus::Demoted) return make_envelope(std::move(rep));
   counters_.owner_hot_demotion_cohorts++;

@@ -98,6 +98,7 @@ void WriteBack::send_demote(uint64_t id, Job& job, Millis now, Outbox& out) {
   wire::DemoteT d;  // one exact cohort set per request: the master grants it all or none
   d.node_id = s_.cfg.node_id;
   d.generation = s_.generation;
+  d.demote_id = id;
   for (size_t i = 0; i < job.keys.size(); ++i)
     d.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
         {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));

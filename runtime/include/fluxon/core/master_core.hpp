@@ -170,6 +170,9 @@ class MasterCore {
     Millis expires;
   };
   std::map<std::pair<std::string, uint32_t>, Demoted> demoted_;
+  // Demote requests answered Kept, per (node, demote_id), for the get TTL: answered once (T1).
+  std::map<std::pair<uint32_t, uint64_t>, Millis> kept_demotes_;
+  std::deque<std::pair<Millis, std::pair<uint32_t, uint64_t>>> kept_demote_order_;
   std::deque<std::pair<Millis, std::pair<std::string, uint32_t>>> demoted_order_;
   static constexpr Millis kWriteBackTaskMs = 10000;
   static constexpr size_t kReplicaQueueMax = 1 << 20;
