@@ -62,6 +62,7 @@ void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ve
 }
 
 bool MasterCore::entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const {
+  if (tombstones_.empty()) return false;
   auto t = tombstones_.find({key, node});
   return t != tombstones_.end() && t->second.generation == generation && t->second.ver.origin_node == v.origin_node &&
          t->second.ver.origin_generation == v.origin_generation && v.put_id <= t->second.ver.put_id;
@@ -242,7 +243,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       counters_.put_done_exists_total++;
       continue;
     }
-    tombstones_.erase({item->key, pd.node_id});
+    if (!tombstones_.empty()) tombstones_.erase({item->key, pd.node_id});
     auto [route, _] = routes_.emplace(item->key, Route{v, item->len, {}});
     add_replica(item->key, route->second,
                 Replica{pd.node_id, pd.generation, item->offset, pd.put_id, item->group, item->slot_size});

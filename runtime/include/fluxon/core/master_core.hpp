@@ -52,7 +52,9 @@ class MasterCore {
   size_t tombstone_count() const { return tombstones_.size(); }
   size_t reclaim_count() const { return reclaims_.size(); }
   size_t reclaim_fence_count() const { return reclaim_fences_.size(); }
-  bool reclaim_fenced(const std::string& key, uint32_t node) const { return reclaim_fences_.count({key, node}) != 0; }
+  bool reclaim_fenced(const std::string& key, uint32_t node) const {
+    return !reclaim_fences_.empty() && reclaim_fences_.count({key, node}) != 0;  // most of the time: none
+  }
   // Replica tasks handed to each target node so far (P2: replica target counts).
   const std::map<uint32_t, uint64_t>& replica_targets() const { return replica_targets_; }
   const MasterCounters& counters() const { return counters_; }
