@@ -207,7 +207,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
           continue;
         }
         // Another replica of the same version (a resync after a master restart).
-        add_replica(item->key, r, Replica{pd.node_id, pd.generation, item->offset, pd.put_id, item->group,
+        add_replica(item->key, r, Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id,
                                           item->slot_size});
         rep.results.push_back(wire::PutItemResult::Live);
         continue;
@@ -246,7 +246,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     if (!tombstones_.empty()) tombstones_.erase({item->key, pd.node_id});
     auto [route, _] = routes_.emplace(item->key, Route{v, item->len, {}});
     add_replica(item->key, route->second,
-                Replica{pd.node_id, pd.generation, item->offset, pd.put_id, item->group, item->slot_size});
+                Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id, item->slot_size});
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;
     if (item->replica) {  // a replica task for a target-role owner to pull (placement: replica_poll)

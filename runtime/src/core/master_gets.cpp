@@ -149,7 +149,7 @@ Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
         continue;
       }
       add_replica(item->key, route->second,
-                  Replica{req.node_id, req.generation, item->offset, item->instance, item->group, item->slot_size});
+                  Replica{req.node_id, item->group, req.generation, item->offset, item->instance, item->slot_size});
       rep.results.push_back(wire::GetDoneStatus::Live);
       continue;
     }

@@ -67,11 +67,11 @@ class MasterCore {
  private:
   struct Replica {
     uint32_t node_id;
+    uint32_t group;      // its atomic group in its batch: (node, generation, instance, group) is its cohort
     uint64_t generation;
     uint64_t offset;
-    uint64_t instance;  // the owner's local identity of this copy (its put or get batch)
-    uint32_t group = 0;      // its atomic group in that batch: (node, generation, instance, group) is its cohort
-    uint64_t slot_size = 0;  // its backing slot: (node, generation, offset, slot_size) pins it (no ABA)
+    uint64_t instance;   // the owner's local identity of this copy (its put or get batch)
+    uint64_t slot_size;  // its backing slot: (node, generation, offset, slot_size) pins it (no ABA)
   };
   struct Route {
     Version ver;
