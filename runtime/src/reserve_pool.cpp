@@ -125,6 +125,7 @@ Result<std::optional<std::vector<SlotRef>>> ReservePool::try_claim(uint64_t valu
   }
   counts_.free -= n;
   counts_.prepared += n;
+  cls.claimed += n;
   return std::optional<std::vector<SlotRef>>(std::move(out));
 }
 

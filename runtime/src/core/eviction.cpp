@@ -39,13 +39,17 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   return cohorts;
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> Eviction::deficits(const ReservePool& pool) const {
+std::vector<std::pair<uint64_t, uint64_t>> Eviction::deficits(const ReservePool& pool) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  if (cfg_.free_watermark <= 0 || pool.can_carve()) return out;
   for (const auto& [size, slots] : pool.class_slots()) {
+    // What claims took since the last look: the next interval will likely take as much again.
+    uint64_t& seen = claimed_seen_[size];
+    const uint64_t taken = pool.claimed(size) - seen;
+    seen = pool.claimed(size);
+    if (cfg_.free_watermark <= 0 || pool.can_carve()) continue;
     const auto [free, total] = slots;
-    const uint64_t target = uint64_t(double(total) * cfg_.free_watermark);
-    if (free < target) out.emplace_back(size, (target - free) * size);
+    const uint64_t target = uint64_t(double(total) * cfg_.free_watermark) + taken;
+    if (free < target) out.emplace_back(size, (std::min(target, total) - std::min(free, target)) * size);
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -29,11 +30,14 @@ class Eviction {
   std::vector<LocalIndex::CohortId> select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
                                            uint64_t bytes, uint64_t debt,
                                            const std::function<bool(LocalIndex::CohortId)>& taken);
-  // The free-slot watermark's deficits: (slot class, bytes) to evict ahead of claims.
-  std::vector<std::pair<uint64_t, uint64_t>> deficits(const ReservePool& pool) const;
+  // The free-slot watermark's deficits, (slot class, bytes) to evict ahead of claims: per class, the
+  // watermark's share of its slots plus what claims took since the last call (the rate the next
+  // round, an eviction interval away, must stay ahead of), less the free slots.
+  std::vector<std::pair<uint64_t, uint64_t>> deficits(const ReservePool& pool);
 
  private:
   Config cfg_;
+  std::map<uint64_t, uint64_t> claimed_seen_;  // slot class -> pool.claimed() at the last look
 };
 
 }  // namespace fluxon

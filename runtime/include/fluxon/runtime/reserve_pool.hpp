@@ -97,6 +97,11 @@ class ReservePool {
   // still carve an unused grant (no eviction needed yet).
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> class_slots() const;
   bool can_carve() const { return grants_in_use_ < grant_limit_; }
+  // Slots of class slot_size claimed so far, a running count (what claims take between two looks).
+  uint64_t claimed(uint64_t slot_size) const {
+    auto c = classes_.find(slot_size);
+    return c == classes_.end() ? 0 : c->second.claimed;
+  }
   // Slots that became Free since the last call: the owner retries waiting claims then.
   bool take_freed() { bool f = freed_; freed_ = false; return f; }
   // Grants carved since the last call: the owner faults their memory in (a grant is a reservation).
@@ -111,6 +116,7 @@ class ReservePool {
   struct SlotClass {
     std::deque<SlotRef> free;          // LIFO reuse keeps hot slots warm
     uint64_t grants = 0;
+    uint64_t claimed = 0;              // slots claimed so far (a running count)
   };
   bool refill(uint64_t slot_size, uint32_t need);
   void make_free(SlotRef r);
