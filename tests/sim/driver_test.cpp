@@ -13,15 +13,23 @@ TEST_CASE("T1 fault points: master_request faults placed once fire in the simula
   c.run_for(10);
   c.to_master = LinkFaults{0.4, 0.4, 1, 30};
   const uint64_t s = c.open_session(0);
-  for (int b = 0; b < 10; ++b) put_live_routes(c, 0, s, {"k" + std::to_string(b) + "a", "k" + std::to_string(b) + "b"});
   auto& f = c.driver(0).faults();
+  // At least 10 batches, and on until each fault has fired (any seed: the odds are per message).
+  int batches = 0;
+  auto all_fired = [&] {
+    return f.fired(FaultPoints::k_master_request, FaultPoints::kDropped) > 0 &&
+           f.fired(FaultPoints::k_master_request, FaultPoints::kDuplicated) > 0 &&
+           f.fired(FaultPoints::k_master_request, FaultPoints::kDelayed) > 0;
+  };
+  for (; batches < 100 && (batches < 10 || !all_fired()); ++batches)
+    put_live_routes(c, 0, s, {"k" + std::to_string(batches) + "a", "k" + std::to_string(batches) + "b"});
   CHECK(f.fired(FaultPoints::k_master_request, FaultPoints::kDropped) > 0);
   CHECK(f.fired(FaultPoints::k_master_request, FaultPoints::kDuplicated) > 0);
   CHECK(f.fired(FaultPoints::k_master_request, FaultPoints::kDelayed) > 0);
   CHECK(f.fired(FaultPoints::k_master_reply, FaultPoints::kDropped) == 0);  // that point is quiet
   // T1 through the faults: every batch is live once, every route named at the master.
-  CHECK(c.master().route_count() == 20);
-  CHECK(c.owner(0).stats().routes == 20);
+  CHECK(c.master().route_count() == uint64_t(2 * batches));
+  CHECK(c.owner(0).stats().routes == uint64_t(2 * batches));
 }
 
 TEST_CASE("fault points: a plan with no faults draws nothing (the simulation's sequence is the plan's)") {
