@@ -78,8 +78,7 @@ void MasterCore::count_cohort(uint32_t node, const Replica& rep, int delta) {
   }
 }
 
-void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
-  (void)key;
+void MasterCore::add_replica(Route& r, Replica rep) {
   count_cohort(rep.node_id, rep, +1);
   r.replicas.push_back(rep);
   replicas_++;
@@ -207,7 +206,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
           continue;
         }
         // Another replica of the same version (a resync after a master restart).
-        add_replica(item->key, r, Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id,
+        add_replica(r, Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id,
                                           item->slot_size});
         rep.results.push_back(wire::PutItemResult::Live);
         continue;
@@ -245,7 +244,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     }
     if (!tombstones_.empty()) tombstones_.erase({item->key, pd.node_id});
     auto [route, _] = routes_.emplace(item->key, Route{v, item->len, {}});
-    add_replica(item->key, route->second,
+    add_replica(route->second,
                 Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id, item->slot_size});
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;

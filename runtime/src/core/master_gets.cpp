@@ -148,7 +148,7 @@ Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
         rep.results.push_back(same ? wire::GetDoneStatus::Live : wire::GetDoneStatus::Stale);
         continue;
       }
-      add_replica(item->key, route->second,
+      add_replica(route->second,
                   Replica{req.node_id, item->group, req.generation, item->offset, item->instance, item->slot_size});
       rep.results.push_back(wire::GetDoneStatus::Live);
       continue;

@@ -135,7 +135,7 @@ class MasterCore {
   void end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult how);
   enum class MemberState { kPresent, kAbsent, kChanged };
   MemberState member_state(const wire::ReclaimMemberT& m, uint32_t node, uint64_t generation);
-  void add_replica(const std::string& key, Route& r, Replica rep);
+  void add_replica(Route& r, Replica rep);  // counted, and in its cohort's size
   void count_cohort(uint32_t node, const Replica& rep, int delta);
   Envelope replica_poll(const wire::ReplicaPollT& req);
   Envelope write_back(const wire::WriteBackT& req, Millis now);
