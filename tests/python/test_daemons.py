@@ -363,6 +363,65 @@ def _sample(port, name):
     return None
 
 
+def test_reclaim_under_injected_master_faults_in_real_processes(tmp_path):
+    """Capacity eviction through the fenced reclaim while the owner daemon drops, duplicates and
+    delays its master requests (Fence, Commit, Abort, PutDone alike): every hit reads the bytes its
+    put wrote, and at rest S4 holds to the byte (evicted = committed + restored + obsolete, nothing
+    pending), no transaction is left at the owner and no fence at the master."""
+    cl = Cluster(tmp_path, f"rcf{free_port()}", metrics=True, owner_extra=(
+        "publish_retry_ms: 50\n"
+        "eviction_free_watermark: 0.2\n"
+        "fault_injection: {seed: 11, drop: 0.3, duplicate: 0.3, max_delay_ms: 20}")).start()
+    try:
+        c = fluxon.KvClient(cl.client_config())
+        size = 1 << 20  # 256 slots; 50 batches of 8 overflow them
+
+        def value(k):
+            return (k.encode() * 64)[:64]
+
+        hits = 0
+        for b in range(50):
+            keys = [f"r{b}-{i}" for i in range(8)]
+            p = c.local_fast_put_start(keys, size, fluxon.PutOptionalArgs(atomic_group_lens=[4, 4]))
+            for ptr, k in zip(fluxon.plan_pointers(p), keys):
+                ctypes.memmove(ptr, value(k), 64)
+            c.local_fast_put_commit(p).result(30)
+            probe = list(dict.fromkeys(f"r{max(0, b - d)}-{i}" for d in (0, 3, 30) for i in (0, 5)))
+            h, r = c.get_start(probe)
+            if r.transferable_len:
+                rp = c.get_transfer(h)
+                for ptr, k in zip(fluxon.plan_pointers(rp), probe[:r.transferable_len]):
+                    assert ctypes.string_at(ptr, 64) == value(k), k  # never a freed or reused slot
+                hits += r.transferable_len
+                c.release_views(rp)
+            else:
+                c.cancel_get_transfer(h)
+            time.sleep(0.02)
+        assert hits > 0
+        port = cl.owner_metrics[0]
+        end = time.time() + 15
+        while time.time() < end:
+            s = c.stats()
+            if s["pending_eviction_reclaim_bytes"] == 0 and s["reclaims"] == 0 and s["publish_jobs"] == 0:
+                break
+            time.sleep(0.1)
+        assert s["pending_eviction_reclaim_bytes"] == 0 and s["reclaims"] == 0
+        time.sleep(1.2)  # the next /metrics refresh
+        page = scrape(port)
+        evicted = _sample(port, "fluxon_owner_evicted_bytes_total")
+        assert evicted > 0
+        ended = sum(_labelled(page, "fluxon_owner_reclaim_bytes_total", end=e)
+                    for e in ("committed", "restored", "obsolete"))
+        assert ended == evicted
+        assert _labelled(page, "fluxon_owner_faults_injected_total", point="master_request", fault="dropped") > 0
+        assert _sample(port, "fluxon_owner_reclaim_resent_total") > 0  # the faults reached the reclaims
+        master = scrape(cl.metrics_port)
+        assert "fluxon_master_reclaim_fences 0" in master and "fluxon_master_reclaims 0" in master
+        c.close()
+    finally:
+        cl.stop()
+
+
 def test_pressure_evicts_ahead_of_claims_in_a_real_owner(tmp_path):
     """A full owner keeps eviction_free_watermark of its slots free by evicting cold cohorts from its
     pressure step (a round at most every eviction_interval_ms: the watermark covers what puts take
