@@ -70,7 +70,8 @@ inline uint64_t seed_from_env(uint64_t dflt) {
 }
 
 // The master driven directly (node generations are 1).
-inline Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
+// One PutDone item of node's put `put_id` (a 4 KiB value in a 4 KiB slot), to send once or again.
+inline wire::PutDoneT m_put_done(uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
   wire::PutDoneT pd;
   pd.node_id = node;
   pd.generation = 1;
@@ -79,7 +80,11 @@ inline Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::
   pd.items[0]->key = key;
   pd.items[0]->offset = offset;
   pd.items[0]->len = 4096;
-  return m.handle(make_envelope(std::move(pd)));
+  pd.items[0]->slot_size = 4096;
+  return pd;
+}
+inline Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
+  return m.handle(make_envelope(m_put_done(node, put_id, key, offset)));
 }
 inline wire::GetStartStatus m_start(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, Millis now = 0) {
   wire::BatchGetStartT g;

@@ -41,20 +41,6 @@ void publish(MasterCore& m, uint32_t node, uint64_t put_id, const std::vector<Co
   REQUIRE(r.body.AsPutDoneReply());
 }
 
-// One PutDone item of node's put `put_id` (node generation 1), to send again and again.
-wire::PutDoneT put_done_of(uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
-  wire::PutDoneT pd;
-  pd.node_id = node;
-  pd.generation = 1;
-  pd.put_id = put_id;
-  pd.items.push_back(std::make_unique<wire::RouteItemT>());
-  pd.items[0]->key = key;
-  pd.items[0]->offset = offset;
-  pd.items[0]->len = 4096;
-  pd.items[0]->slot_size = 4096;
-  return pd;
-}
-
 struct Answer {
   R result;
   wire::ReclaimBusy busy;
@@ -279,7 +265,7 @@ TEST_CASE("reclaim tombstones: a re-publication that crossed a committed reclaim
   REQUIRE(commit(m, 1, 100, kPair).result == R::Completed);
   REQUIRE(m.replica_nodes("a") == std::vector<uint32_t>{2});
   // Node 1's PutDone of put 5 again (a duplicate, or a resync sent before the commit): refused.
-  wire::PutDoneT pd = put_done_of(1, 5, "a", 0);
+  wire::PutDoneT pd = m_put_done(1, 5, "a", 0);
   auto r = m.handle(make_envelope(pd));
   REQUIRE(r.body.AsPutDoneReply());
   CHECK(r.body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);
@@ -640,7 +626,7 @@ TEST_CASE("reclaim partial and replay, owner side: a fence answered Completed (t
 TEST_CASE("master T1: a PutDone item refused while another version held the key stays refused for that identity once the other version is gone") {
   MasterCore m;
   publish(m, 3, 9, {{"k", 9, 0}});  // node 3's version holds k
-  wire::PutDoneT pd = put_done_of(1, 4, "k", 4096);
+  wire::PutDoneT pd = m_put_done(1, 4, "k", 4096);
   auto first = m.handle(make_envelope(pd));
   REQUIRE(first.body.AsPutDoneReply()->results[0] == wire::PutItemResult::Exists);  // the owner frees its slot
   // Node 3 goes (a restart): k has no route. The same PutDone again (a duplicate, a re-send):
