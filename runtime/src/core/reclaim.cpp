@@ -79,10 +79,7 @@ void Reclaim::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
           return back_off(*id, t, now);
         default:  // Stale: the route or this generation moved on; the pending selection ends
           s_.counters.reclaim_route_changed_total++;
-          for (const Member& m : t.members) {
-            if (is_current(m)) s_.local.enter_resident(m.key, {m.e.put_id, m.e.group}, m.bytes);
-            settle(m, End::kObsolete);
-          }
+          restore(t, End::kObsolete);
           return finish(it);
       }
     case Phase::kCommitting:  // Completed, or Stale (removed without a fence): the replicas are gone
@@ -142,11 +139,7 @@ void Reclaim::back_off(uint64_t id, Txn& t, Millis now) {
   t.attempts++;
   if (t.attempts >= kMaxAttempts) {  // bounded: the cohort goes back where eviction finds it
     s_.counters.reclaim_restored_total++;
-    for (const Member& m : t.members) {
-      const bool current = is_current(m);
-      if (current) s_.local.enter_resident(m.key, {m.e.put_id, m.e.group}, m.bytes);
-      settle(m, current ? End::kRestored : End::kObsolete);
-    }
+    restore(t, End::kRestored);
     return finish(txns_.find(id));
   }
   s_.counters.reclaim_retry_queued_total++;
@@ -154,14 +147,20 @@ void Reclaim::back_off(uint64_t id, Txn& t, Millis now) {
   txns_.schedule(id, now + std::min(kMaxBackoffMs, kBackoffMs << (t.attempts - 1)));
 }
 
-bool Reclaim::drop_obsolete(Txn& t) {
-  const size_t before = t.members.size();
+void Reclaim::drop_obsolete(Txn& t) {
   std::erase_if(t.members, [this](const Member& m) {
     if (is_current(m)) return false;
     settle(m, End::kObsolete);
     return true;
   });
-  return t.members.size() != before;
+}
+
+void Reclaim::restore(Txn& t, End current_ends) {
+  for (const Member& m : t.members) {
+    const bool current = is_current(m);
+    if (current) s_.local.enter_resident(m.key, {m.e.put_id, m.e.group}, m.bytes);
+    settle(m, current ? current_ends : End::kObsolete);
+  }
 }
 
 void Reclaim::retry_due(Millis now, Outbox& out) {

@@ -73,12 +73,14 @@ class Reclaim {
   void prepare(uint64_t id, Txn& t, bool fenced, Millis now, Outbox& out, const BusyCheck& busy);
   void back_off(uint64_t id, Txn& t, Millis now);
   // Members that are no longer the copy selected (replaced, removed) leave the transaction: their
-  // slots are the business of whatever replaced them. True when some did.
-  bool drop_obsolete(Txn& t);
+  // slots are the business of whatever replaced them.
+  void drop_obsolete(Txn& t);
   // How a member's debt ends.
   enum class End { kCommitted, kRestored, kObsolete };
   void settle(const Member& m, End how);
-  void restore(Txn& t);  // back to the resident tier, the copies that are still this copy
+  // The transaction ends unreleased: members still this copy go back to the resident tier (ending
+  // `current_ends`), the others end obsolete.
+  void restore(Txn& t, End current_ends);
   bool is_current(const Member& m) const;
   void finish(typename RetryTable<Txn>::iterator it);  // the transaction ends: its cohorts are free again
 
