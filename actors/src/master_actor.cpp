@@ -16,6 +16,7 @@ struct MasterState {
   MasterState() = default;  // not an aggregate: see OwnerState (CAF constructs states from the actor pointer)
   MasterCore core;
   std::unique_ptr<Metrics> metrics;
+  uint64_t metrics_refreshes = 0;
   static inline const char* name = "fluxon_master";
 };
 
@@ -27,6 +28,9 @@ void export_metrics(MasterState& st) {
   for (const auto& [node, n] : st.core.replica_targets())
     m.counter("fluxon_master_replica_targets_total", "Replica tasks handed to each target node", n,
               {{"node", std::to_string(node)}});
+  // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
+  m.counter("fluxon_master_metrics_refreshes_total", "Times this page was refreshed from the master's state",
+            ++st.metrics_refreshes);
 }
 
 caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics) {

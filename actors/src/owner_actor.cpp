@@ -158,6 +158,7 @@ struct OwnerState {
   bool reconnecting = false;
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
+  uint64_t metrics_refreshes = 0;
   static inline const char* name = "fluxon_owner";
 };
 
@@ -180,6 +181,9 @@ void export_metrics(OwnerState& st) {
     m.counter("fluxon_owner_data_refused_requests_total", "Fetch requests refused (generation, range, protocol)",
               st.data_server->requests_refused());
   }
+  // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
+  m.counter("fluxon_owner_metrics_refreshes_total", "Times this page was refreshed from the owner's state",
+            ++st.metrics_refreshes);
 }
 
 void request_master(Self* self, uint64_t token, Blob blob) {

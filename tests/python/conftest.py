@@ -37,6 +37,62 @@ def wait_port(port: int, proc=None, timeout=15.0) -> None:
     raise TimeoutError(f"port {port} did not open")
 
 
+def _page(port: int) -> str:
+    import urllib.request
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def sample(page: str, name: str):
+    """The value of the unlabelled sample `name` on a Prometheus text page (None if absent)."""
+    for line in page.splitlines():
+        if line.split(" ")[0] == name:
+            return float(line.split()[-1])
+    return None
+
+
+def labelled(page: str, name: str, **labels) -> float:
+    """The value of sample `name` whose labels include `labels`, from a Prometheus text page."""
+    for line in page.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        got = dict(kv.split("=", 1) for kv in line[len(name) + 1:line.index("}")].split(","))
+        if all(got.get(k) == f'"{v}"' for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}{labels} not in the page")
+
+
+def scrape(port: int, timeout=20.0) -> str:
+    """A /metrics page refreshed after this call began: the daemons refresh theirs from their state once a
+    second and count it (fluxon_{owner,master}_metrics_refreshes_total, written last), so everything the
+    daemon did before the call is on the page. A fixed sleep is not enough on a loaded machine."""
+    def refreshes(page):
+        return sample(page, "fluxon_owner_metrics_refreshes_total") or \
+            sample(page, "fluxon_master_metrics_refreshes_total") or 0
+    seen = refreshes(_page(port))
+    end = time.time() + timeout
+    while time.time() < end:
+        time.sleep(0.05)
+        page = _page(port)
+        if refreshes(page) > seen:
+            return page
+    raise TimeoutError(f"the /metrics page on port {port} was not refreshed in {timeout} s")
+
+
+def metric(port: int, name: str):
+    """The unlabelled sample `name` from a page refreshed after this call began (None if absent)."""
+    return sample(scrape(port), name)
+
+
+def wait_metric(port: int, name: str, want, timeout=20.0):
+    """Scrapes until the sample `name` equals want (a value another daemon settles asynchronously, e.g.
+    the master's count after an owner's GetDone); returns the last value seen for the caller's assert."""
+    end = time.time() + timeout
+    got = metric(port, name)
+    while got != want and time.time() < end:
+        got = metric(port, name)
+    return got
+
+
 class Cluster:
     """A master and owners as real processes, started from a generated config file."""
 

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 
 import pytest
 
 import fluxon
-from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, wait_port
+from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, labelled, sample, scrape, wait_port
 
 
 def test_external_client_maps_the_owner_segment(cluster):
@@ -152,10 +151,6 @@ def test_dead_client_process_releases_its_holdings(cluster):
     c.close()
 
 
-def scrape(port):
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-
-
 def test_metrics_endpoints(tmp_path):
     cluster = Cluster(tmp_path, f"metrics{free_port()}", metrics=True).start()
     try:
@@ -174,7 +169,6 @@ def check_metrics(cluster):
     assert c.exists_prefix(["m0", "m1"]).prefix_len == 2
     c.local_fast_put_commit(c.local_fast_put_start(["gone:x"], 4096)).result(10)
     assert c.remove_prefix("gone:") == 1
-    time.sleep(1.3)  # metrics refresh every second
     owner = scrape(cluster.owner_metrics[0])
     # Every counter of the one declaration is exported (runtime/include/fluxon/core/owner_counters.hpp).
     import re
@@ -295,10 +289,9 @@ def test_master_restart_owner_resyncs_and_puts_complete(tmp_path):
         assert not fut.wait(0.5)  # the routes cannot be live without a master
         cl.start_master()
         fut.result(20)
-        for _ in range(100):
+        for _ in range(20):
             if "fluxon_master_routes 8" in scrape(cl.metrics_port):
                 break
-            time.sleep(0.1)
         assert "fluxon_master_routes 8" in scrape(cl.metrics_port)
         assert "fluxon_owner_resync_routes_total 5" in scrape(cl.owner_metrics[0])
         c.close()
@@ -331,36 +324,17 @@ def test_t1_fault_points_with_real_processes_under_dropped_duplicated_delayed_ma
                 break
             time.sleep(0.05)
         assert s["slots_committed"] == 160 and s["routes"] == 160 and s["slots_pending_local_visible"] == 0
-        time.sleep(1.2)
         assert "fluxon_master_routes 160" in scrape(cl.metrics_port)
         owner = scrape(cl.owner_metrics[0])
         assert "fluxon_owner_publish_retry_total 0" not in owner  # the faults did bite
         # The fault point the simulation drives (tests/sim/driver_test.cpp) fired here, counted by name.
-        fired = {f: _labelled(owner, "fluxon_owner_faults_injected_total", point="master_request", fault=f)
+        fired = {f: labelled(owner, "fluxon_owner_faults_injected_total", point="master_request", fault=f)
                  for f in ("dropped", "duplicated", "delayed")}
         assert all(n > 0 for n in fired.values()), fired
         c.close()
     finally:
         cl.stop()
     assert "fault injection: seed=7 master requests drop=0.40" in (tmp_path / "owner-1.log").read_text()
-
-
-def _labelled(text, name, **labels):
-    """The value of sample `name` whose labels include `labels`, from a Prometheus text page."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(kv.split("=", 1) for kv in line[len(name) + 1:line.index("}")].split(","))
-        if all(got.get(k) == f'"{v}"' for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name}{labels} not in the page")
-
-
-def _sample(port, name):
-    for line in scrape(port).splitlines():
-        if line.split(" ")[0] == name:
-            return float(line.split()[-1])
-    return None
 
 
 def test_reclaim_under_injected_master_faults_in_real_processes(tmp_path):
@@ -406,15 +380,14 @@ def test_reclaim_under_injected_master_faults_in_real_processes(tmp_path):
                 break
             time.sleep(0.1)
         assert s["pending_eviction_reclaim_bytes"] == 0 and s["reclaims"] == 0
-        time.sleep(1.2)  # the next /metrics refresh
         page = scrape(port)
-        evicted = _sample(port, "fluxon_owner_evicted_bytes_total")
+        evicted = sample(page, "fluxon_owner_evicted_bytes_total")
         assert evicted > 0
-        ended = sum(_labelled(page, "fluxon_owner_reclaim_bytes_total", end=e)
+        ended = sum(labelled(page, "fluxon_owner_reclaim_bytes_total", end=e)
                     for e in ("committed", "restored", "obsolete"))
         assert ended == evicted
-        assert _labelled(page, "fluxon_owner_faults_injected_total", point="master_request", fault="dropped") > 0
-        assert _sample(port, "fluxon_owner_reclaim_resent_total") > 0  # the faults reached the reclaims
+        assert labelled(page, "fluxon_owner_faults_injected_total", point="master_request", fault="dropped") > 0
+        assert sample(page, "fluxon_owner_reclaim_resent_total") > 0  # the faults reached the reclaims
         master = scrape(cl.metrics_port)
         assert "fluxon_master_reclaim_fences 0" in master and "fluxon_master_reclaims 0" in master
         c.close()
@@ -435,23 +408,28 @@ def test_pressure_evicts_ahead_of_claims_in_a_real_owner(tmp_path):
             keys = [f"p{b}-{i}" for i in range(8)]
             c.local_fast_put_commit(c.local_fast_put_start(keys, size)).result(20)
             time.sleep(0.05)  # 32 slots a 200 ms round apart: the watermark (51) keeps ahead
-        time.sleep(1.3)
-        port = cluster.owner_metrics[0]
-        evicted = _sample(port, "fluxon_owner_evicted_keys_total")
+        # At rest: the last round restored the watermark and every transaction ended.
+        end = time.time() + 15
+        while time.time() < end:
+            s = c.stats()
+            if s["reclaims"] == 0 and s["pending_eviction_reclaim_bytes"] == 0 and s["slots_free"] >= 0.2 * 256 - 8:
+                break
+            time.sleep(0.1)
+        page = scrape(cluster.owner_metrics[0])
+        evicted = sample(page, "fluxon_owner_evicted_keys_total")
         assert evicted >= 50 * 8 - 256
-        assert _sample(port, "fluxon_owner_pressure_evictions_total") > 0
-        assert _sample(port, "fluxon_owner_reserve_waits_total") == 0
+        assert sample(page, "fluxon_owner_pressure_evictions_total") > 0
+        assert sample(page, "fluxon_owner_reserve_waits_total") == 0
         # S4: every selected key's reclaim ended, and the bytes with it; nothing pending.
-        page = scrape(port)
-        ended = sum(_labelled(page, "fluxon_owner_reclaim_keys_total", end=e)
+        ended = sum(labelled(page, "fluxon_owner_reclaim_keys_total", end=e)
                     for e in ("committed", "restored", "obsolete"))
         assert ended == evicted
-        ended_bytes = sum(_labelled(page, "fluxon_owner_reclaim_bytes_total", end=e)
+        ended_bytes = sum(labelled(page, "fluxon_owner_reclaim_bytes_total", end=e)
                           for e in ("committed", "restored", "obsolete"))
-        assert ended_bytes == _sample(port, "fluxon_owner_evicted_bytes_total")
-        assert _sample(port, "fluxon_owner_pending_eviction_reclaim_bytes") == 0
-        assert _sample(port, "fluxon_owner_reclaims") == 0
-        assert _sample(port, 'fluxon_owner_slots{state="free"}') >= 0.2 * 256 - 8
+        assert ended_bytes == sample(page, "fluxon_owner_evicted_bytes_total")
+        assert sample(page, "fluxon_owner_pending_eviction_reclaim_bytes") == 0
+        assert sample(page, "fluxon_owner_reclaims") == 0
+        assert sample(page, 'fluxon_owner_slots{state="free"}') >= 0.2 * 256 - 8
         # The newest pages are still there, byte for byte readable.
         h, r = c.get_start([f"p49-{i}" for i in range(8)])
         assert r.transferable_len == 8

@@ -7,12 +7,11 @@ import random
 import signal
 import threading
 import time
-import urllib.request
 
 import pytest
 
 import fluxon
-from conftest import Cluster, free_port
+from conftest import Cluster, free_port, metric, sample, scrape, wait_metric
 
 
 def _put(c, keys, size, seed):
@@ -55,15 +54,6 @@ def two_owners(tmp_path):
     c.stop()
 
 
-def _metric(port, name):
-    """The value of an unlabelled sample `name` on the /metrics endpoint at port (None if absent)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.split(" ")[0] == name:
-            return float(line.split()[-1])
-    return None
-
-
 def test_a_key_put_on_one_owner_is_read_through_another(two_owners):
     a = fluxon.KvClient(two_owners.client_config(0))
     b = fluxon.KvClient(two_owners.client_config(1))
@@ -80,11 +70,11 @@ def test_a_key_put_on_one_owner_is_read_through_another(two_owners):
     sb = b.stats()
     assert sb["slots_pending"] == 0 and sb["slots_prepared"] == 0 and sb["routes"] == 32
     # Prometheus: the reader fetched the bytes, the writer served them, the master counts 2 replicas.
-    time.sleep(1.2)  # metrics refresh once a second
-    assert _metric(two_owners.owner_metrics[1], "fluxon_owner_transfer_bytes_total") == 32 * size
-    assert _metric(two_owners.owner_metrics[0], "fluxon_owner_data_served_bytes_total") == 32 * size
-    assert _metric(two_owners.metrics_port, "fluxon_master_replicas") == 64
-    assert _metric(two_owners.metrics_port, "fluxon_master_inflight_gets") == 0
+    assert metric(two_owners.owner_metrics[1], "fluxon_owner_transfer_bytes_total") == 32 * size
+    assert metric(two_owners.owner_metrics[0], "fluxon_owner_data_served_bytes_total") == 32 * size
+    # The master hears of the fetches from the reader's GetDone, after the reader had its bytes.
+    assert wait_metric(two_owners.metrics_port, "fluxon_master_replicas", 64) == 64
+    assert wait_metric(two_owners.metrics_port, "fluxon_master_inflight_gets", 0) == 0
     a.close()
     b.close()
 
@@ -118,8 +108,7 @@ def test_overlapping_remote_reads_from_many_threads_share_fetches(two_owners):
     # Every key was fetched at most once, whatever the overlap (per-key singleflight).
     leaders = sum(x[0] for x in fetched_by)
     assert leaders <= 48
-    time.sleep(1.2)
-    assert _metric(two_owners.owner_metrics[1], "fluxon_owner_transfer_keys_total") == leaders
+    assert metric(two_owners.owner_metrics[1], "fluxon_owner_transfer_keys_total") == leaders
     _assert_quiet(b)
     a.close()
     b.close()
@@ -152,10 +141,9 @@ def test_g9_get_starts_arriving_together_share_batch_get_starts(two_owners):
     for t in ts:
         t.join()
     assert not errors, errors
-    time.sleep(1.2)
-    port = two_owners.owner_metrics[1]
-    requests = _metric(port, "fluxon_owner_get_leader_requests_total")
-    batches = _metric(port, "fluxon_owner_get_master_batches_total")
+    page = scrape(two_owners.owner_metrics[1])
+    requests = sample(page, "fluxon_owner_get_leader_requests_total")
+    batches = sample(page, "fluxon_owner_get_master_batches_total")
     assert requests == 128
     assert 0 < batches < requests, (batches, requests)
     for r in readers:
@@ -175,8 +163,7 @@ def test_a_dead_source_fails_the_transfer_and_leaks_nothing(two_owners):
     with pytest.raises(fluxon.KeyNotFound, match="fetch from node 1 failed"):
         b.get_transfer(h)
     _assert_quiet(b)
-    time.sleep(1.2)
-    assert _metric(two_owners.metrics_port, "fluxon_master_inflight_gets") == 0  # revoked
+    assert wait_metric(two_owners.metrics_port, "fluxon_master_inflight_gets", 0) == 0  # revoked
     b.close()
 
 
@@ -249,16 +236,16 @@ def test_owner_hot_write_back_demotes_cold_keys_to_the_remote_cache_owner(tmp_pa
             vals.update(_put(a, [f"wb{batch}-{i}" for i in range(8)], size, batch))
         end = time.time() + 30
         while True:
-            time.sleep(0.5)
-            demoted = _metric(c.owner_metrics[0], "fluxon_owner_demoted_keys_total") or 0
-            pending = _metric(c.owner_metrics[0], "fluxon_owner_writeback_jobs")
+            page = scrape(c.owner_metrics[0])
+            demoted = sample(page, "fluxon_owner_demoted_keys_total") or 0
+            pending = sample(page, "fluxon_owner_writeback_jobs")
             if demoted > 0 and pending == 0:
                 break
             assert time.time() < end, (demoted, pending)
-        hot = _metric(c.owner_metrics[0], "fluxon_owner_hot_bytes")
+        hot = sample(page, "fluxon_owner_hot_bytes")
         assert hot <= 0.05 * (256 << 20)
-        assert _metric(c.metrics_port, "fluxon_master_demoted_keys_total") == demoted
-        assert _metric(c.owner_metrics[1], "fluxon_owner_replica_done_total") >= demoted
+        assert metric(c.metrics_port, "fluxon_master_demoted_keys_total") == demoted
+        assert metric(c.owner_metrics[1], "fluxon_owner_replica_done_total") >= demoted
         assert a.stats()["routes"] == 64 - demoted
         keys = sorted(vals)
         r, got = _read(a, keys, size)
