@@ -308,7 +308,7 @@ struct Rig {
   std::deque<std::pair<uint64_t, Envelope>> held;
   std::function<bool(const Envelope&)> hold = [](const Envelope&) { return false; };
 
-  Rig() : o(config(), 1, "seg", 1 << 20) {
+  explicit Rig(const OwnerCoreConfig& cfg = config()) : o(cfg, 1, "seg", 1 << 20) {
     Outbox out;
     o.start(now, out);
     absorb(out);
@@ -640,4 +640,70 @@ TEST_CASE("master T1: a PutDone item refused while another version held the key 
   CHECK(m.route_count() == 0);  // never a route to the slot freed on the first answer
   pd.put_id = 5;                // a newer put of the key is welcome
   CHECK(m.handle(make_envelope(pd)).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+}
+
+TEST_CASE("reclaim demotion, owner side: a cohort backed on the target goes through Fence(demote) and Commit, and a Fence answered Kept - the target copy went - keeps it here, resident, counted") {
+  OwnerCoreConfig cfg = Rig::config();
+  cfg.hot_writeback_ratio = 0.5;  // 2 of the 4 slots stay hot
+  Rig r(cfg);
+  wire::RegisterOwnerT target;
+  target.node_id = 2;
+  target.generation = 1;
+  target.role = "remote_cache";
+  target.segment_len = 1 << 20;
+  REQUIRE(r.m.handle(make_envelope(wire::RegisterOwnerT(target))).body.AsRegisterOwnerReply());
+  r.hold = [](const Envelope& e) { return is_step(e, wire::ReclaimStep::Fence) && e.body.AsReclaim()->demote; };
+  r.put({"a0", "a1"}, {2});
+  r.put({"b0", "b1"}, {2});  // the hot tier holds less than both cohorts: A is written back
+  CHECK(r.ctr().writeback_cohorts_total >= 1);
+  // The target's copies (node 2 fetched them: one get batch, its own cohort).
+  for (const char* k : {"a0", "a1"}) {
+    REQUIRE(m_start(r.m, 2, k, k[1] == '0' ? 1 : 2) == wire::GetStartStatus::Started);
+    wire::BatchGetDoneT d;
+    d.node_id = 2;
+    d.generation = 1;
+    d.items.push_back(std::make_unique<wire::GetDoneItemT>(
+        wire::GetDoneItemT{{}, k, uint64_t(k[1] == '0' ? 1 : 2), 0, 9, 0, Rig::kLen}));
+    REQUIRE(r.m.handle(make_envelope(std::move(d))).body.AsBatchGetDoneReply()->results[0] == wire::GetDoneStatus::Live);
+  }
+  r.tick(100);  // the WriteBack again: A is Backed; the demotion's Fence is held (and re-sent)
+  REQUIRE_FALSE(r.held.empty());
+  for (const auto& [tok, env] : r.held) CHECK(env.body.AsReclaim()->epoch == r.held.front().second.body.AsReclaim()->epoch);
+  CHECK(r.ctr().demote_started_keys_total == 2);  // B has no target copy: not backed
+  CHECK(r.o.reclaims_in_flight() == 1);
+  CHECK(r.visible("a0"));  // fencing: still readable here
+  SUBCASE("the target copy stays: demoted") {
+    r.release_held();
+    CHECK_FALSE(r.visible("a0"));
+    CHECK_FALSE(r.visible("a1"));
+    CHECK(r.m.replica_nodes("a0") == std::vector<uint32_t>{2});
+    CHECK(r.ctr().demoted_keys_total == 2);
+    CHECK(r.ctr().demoted_cohorts_total == 1);
+    CHECK(r.m.counters().demoted_keys_total == 2);
+    CHECK(r.o.pool().counts().free == 2);
+  }
+  SUBCASE("the target restarted meanwhile: Kept") {
+    target.generation = 2;  // its memory, and the copies, are gone
+    REQUIRE(r.m.handle(make_envelope(wire::RegisterOwnerT(target))).body.AsRegisterOwnerReply());
+    r.release_held();
+    CHECK(r.visible("a0"));
+    CHECK(r.visible("a1"));
+    CHECK(r.m.replica_nodes("a0") == std::vector<uint32_t>{1});
+    CHECK(r.ctr().demoted_keys_total == 0);
+    CHECK(r.ctr().demote_kept_keys_total == 2);
+    CHECK(r.ctr().demote_kept_total == 1);
+    // Back in the resident tier: capacity eviction can take it (a claim that needs a slot).
+    r.hold = [](const Envelope&) { return false; };
+    wire::PutStartReqT p;
+    p.keys = {"c0", "c1", "c2"};
+    p.value_len = Rig::kLen;
+    const uint64_t tok = r.send(make_envelope(std::move(p)));
+    r.tick(300);
+    CHECK(r.replies.count(tok));
+    CHECK(r.ctr().reclaim_committed_keys_total >= 2);
+  }
+  CHECK(r.o.reclaims_in_flight() == 0);
+  CHECK(r.m.reclaim_fence_count() == 0);
+  CHECK(r.ctr().demote_started_keys_total ==
+        r.ctr().demoted_keys_total + r.ctr().demote_kept_keys_total + r.ctr().demote_obsolete_keys_total);
 }

@@ -23,10 +23,15 @@ void w_register(MasterCore& m, uint32_t node, const std::string& role) {
 void w_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key) {
   REQUIRE(m_put(m, node, put_id, key, 0).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
 }
-// Node `to` fetches key from whoever holds it and publishes its copy.
+// Node `to` fetches key from whoever holds it and publishes its copy (a 4 KiB slot at 8192, its own
+// cohort: the get id is its instance).
 void w_copy(MasterCore& m, uint32_t to, const std::string& key, uint64_t get_id) {
   REQUIRE(m_start(m, to, key, get_id) == wire::GetStartStatus::Started);
-  REQUIRE(m_done(m, to, key, get_id, 8192) == wire::GetDoneStatus::Live);
+  wire::BatchGetDoneT d;
+  d.node_id = to;
+  d.generation = 1;
+  d.items.push_back(std::make_unique<wire::GetDoneItemT>(wire::GetDoneItemT{{}, key, get_id, 8192, get_id, 0, 4096}));
+  REQUIRE(m.handle(make_envelope(std::move(d))).body.AsBatchGetDoneReply()->results[0] == wire::GetDoneStatus::Live);
 }
 template <class T>
 T w_items(uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys) {
@@ -41,8 +46,35 @@ std::vector<wire::WriteBackStatus> w_back(MasterCore& m, uint32_t node,
                                           const std::vector<std::pair<std::string, uint64_t>>& keys) {
   return m.handle(make_envelope(w_items<wire::WriteBackT>(node, keys))).body.AsWriteBackReply()->status;
 }
-wire::DemoteStatus w_demote(MasterCore& m, uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys) {
-  return m.handle(make_envelope(w_items<wire::DemoteT>(node, keys))).body.AsDemoteReply()->status;
+// Single-copy demotion of node's copies of `keys` (each (key, put): the put's cohort, a 4 KiB slot at
+// 0): a fenced reclaim with demote set - Fence, then Commit once fenced. Returns the Fence's answer.
+wire::ReclaimResult w_demote(MasterCore& m, uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys,
+                             uint64_t epoch) {
+  auto step = [&](wire::ReclaimStep st) {
+    wire::ReclaimT r;
+    r.node_id = node;
+    r.generation = 1;
+    r.epoch = epoch;
+    r.step = st;
+    r.demote = true;
+    for (const auto& [key, put_id] : keys) {
+      auto w = std::make_unique<wire::ReclaimMemberT>();
+      w->key = key;
+      w->origin_node = node;
+      w->origin_generation = 1;
+      w->put_id = put_id;
+      w->instance = put_id;
+      w->slot_size = 4096;
+      r.members.push_back(std::move(w));
+    }
+    auto rep = m.handle(make_envelope(std::move(r)));
+    REQUIRE(rep.body.AsReclaimReply());
+    return rep.body.AsReclaimReply()->result;
+  };
+  const auto fenced = step(wire::ReclaimStep::Fence);
+  if (fenced == wire::ReclaimResult::Fenced || fenced == wire::ReclaimResult::AlreadyInProgress)
+    CHECK(step(wire::ReclaimStep::Commit) == wire::ReclaimResult::Completed);
+  return fenced;
 }
 
 }  // namespace
@@ -64,54 +96,59 @@ TEST_CASE("master: a write-back queues one task per version, demotion is all or 
   CHECK(w_back(m, 1, {{"a", 6}}) == std::vector<S>{S::Obsolete});   // not the version it holds
   CHECK(w_back(m, 3, {{"a", 7}}) == std::vector<S>{S::Obsolete});   // node 3 holds no copy
   // Demotion before the copy exists: refused, both keys stay (all or none).
+  using D = wire::ReclaimResult;
   w_copy(m, 2, "a", 100);
   CHECK(w_back(m, 1, {{"a", 7}, {"b", 7}}) == std::vector<S>{S::Backed, S::Queued});
-  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Kept);
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 1) == D::Kept);
   CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
   CHECK(m.replica_nodes("b") == std::vector<uint32_t>{1});
+  CHECK(m.reclaim_fence_count() == 0);
   // A copy on another GPU owner does not count: only target roles back a demotion.
   w_copy(m, 3, "b", 101);
-  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Kept);
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 2) == D::Kept);
   w_copy(m, 2, "b", 102);
-  // A remote get reading the source copy: Busy, nothing dropped.
+  // A remote get reading the source copy: Busy, nothing dropped, nothing fenced.
   wire::BatchGetStartT g;
   g.node_id = 4;
   g.generation = 1;
   g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, "a", 200}));
   auto started = m.handle(make_envelope(std::move(g)));
   REQUIRE(started.body.AsBatchGetStartReply()->items[0]->source_node == 1);  // the first replica, none read
-  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Busy);
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 3) == D::RetryableBusy);
   CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
+  CHECK(m.reclaim_fence_count() == 0);
   wire::BatchGetRevokeT rv;
   rv.node_id = 4;
   rv.generation = 1;
   rv.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, "a", 200}));
   m.handle(make_envelope(std::move(rv)));
-  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Demoted);
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 4) == D::Fenced);
   CHECK(m.replica_nodes("a") == std::vector<uint32_t>{2});
   auto b_nodes = m.replica_nodes("b");
   std::sort(b_nodes.begin(), b_nodes.end());
   CHECK(b_nodes == std::vector<uint32_t>{2, 3});
-  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}) == wire::DemoteStatus::Demoted);  // T1: the lost reply again
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 4) == D::Completed);  // T1: the same epoch again
   CHECK(m.counters().demoted_keys_total == 2);
-  // T1: a Demote applied, its reply lost, the remote copy evicted since: the same Demote again is
-  // still Demoted (the source copy is gone at the master; keeping it at the owner would leave a
-  // live entry no route names).
+  CHECK(m.counters().owner_hot_demotion_cohorts == 1);
+  // T1: a demotion committed, its reply lost, the remote copy evicted since: the same epoch again
+  // is still Completed (the source copy is gone at the master), and drops nothing more.
   w_put(m, 1, 8, "d");
   w_copy(m, 2, "d", 104);
-  CHECK(w_demote(m, 1, {{"d", 8}}) == wire::DemoteStatus::Demoted);
+  CHECK(w_demote(m, 1, {{"d", 8}}, 5) == D::Fenced);
   bool busy = false;
   REQUIRE(m_remove(m, 2, "d", 1, 8, &busy));
   CHECK(m.route_count() == 2);  // "d" is gone everywhere
-  CHECK(w_demote(m, 1, {{"d", 8}}) == wire::DemoteStatus::Demoted);
-  CHECK(w_demote(m, 3, {{"d", 8}}) == wire::DemoteStatus::Kept);  // another node never demoted it
+  CHECK(w_demote(m, 1, {{"d", 8}}, 5) == D::Completed);
+  CHECK(w_demote(m, 3, {{"d", 8}}, 6) == D::Completed);  // another node: no copy of its own to fence
+  CHECK(m.counters().demoted_keys_total == 3);
   // The remote copy goes first: a later demotion of that key is refused, its source stays.
   w_put(m, 1, 9, "c");
   w_copy(m, 2, "c", 103);
   REQUIRE(m_remove(m, 2, "c", 1, 9, &busy));
-  CHECK(w_demote(m, 1, {{"c", 9}}) == wire::DemoteStatus::Kept);
+  CHECK(w_demote(m, 1, {{"c", 9}}, 7) == D::Kept);
   CHECK(m.replica_nodes("c") == std::vector<uint32_t>{1});
-  CHECK(m.counters().demote_kept_total == 4);
+  CHECK(m.counters().demote_kept_total == 3);
+  CHECK(m.reclaim_fence_count() == 0);
 }
 
 namespace {
@@ -187,6 +224,11 @@ TEST_CASE("owner-hot write-back: evicted cohorts get a copy on the remote_cache 
   CHECK(c.owner(1).counters().replica_done_total >= oc.demoted_keys_total);
   CHECK(oc.writeback_abandoned_total == 0);
   CHECK(oc.demote_kept_total == 0);
+  // Every key handed to a demotion transaction ended demoted (none kept, none replaced), and no
+  // transaction or fence is left.
+  CHECK(c.owner(0).reclaims_in_flight() == 0);
+  CHECK(oc.demote_started_keys_total == oc.demoted_keys_total);
+  CHECK(c.master().reclaim_fence_count() == 0);
   // V3/A1: what is live here is in the hot tier, or its cohort left whole (checked above); no cold
   // key stays behind unwritten.
   for (const auto& g : groups)
@@ -239,8 +281,13 @@ TEST_CASE("T1: owner-hot write-back under lost, duplicated and delayed master me
     REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0; }, 120000));
     c.to_master = c.from_master = sim::kQuietLink;
     c.data.drop = 0;
+    REQUIRE(c.run_until([&] { return c.owner(0).reclaims_in_flight() == 0; }, 60000));
     c.run_for(2000);
     const auto& oc = c.owner(0).counters();
+    // The demotions reconcile: each key handed to one ended demoted, kept or obsolete.
+    CHECK(oc.demote_started_keys_total ==
+          oc.demoted_keys_total + oc.demote_kept_keys_total + oc.demote_obsolete_keys_total);
+    CHECK(c.master().reclaim_fence_count() == 0);
     MESSAGE("seed " << c.seed() << ": demoted " << oc.demoted_cohorts_total << " cohorts, kept " << oc.demote_kept_total
                     << ", abandoned " << oc.writeback_abandoned_total << ", requests " << oc.writeback_requests_total);
     const size_t gone = check_copies(c, groups);
@@ -356,20 +403,65 @@ TEST_CASE("bounds: with write-backs at their bound, a cohort the hot tier evicts
   CHECK(c.owner(0).writebacks_pending() == 0);
 }
 
-TEST_CASE("master T1: a Demote answered Kept stays Kept for its demote_id - a late duplicate never drops copies the owner kept") {
+TEST_CASE("master T1: a demotion Fence answered Kept stays Kept for its epoch - a late duplicate never fences copies the owner kept") {
   MasterCore m;
   w_register(m, 1, "sglang_owner");
   w_register(m, 2, "remote_cache");
   w_put(m, 1, 7, "a");
-  auto demote = [&](uint64_t id) {
-    auto d = w_items<wire::DemoteT>(1, {{"a", 7}});
-    d.demote_id = id;
-    return m.handle(make_envelope(std::move(d))).body.AsDemoteReply()->status;
-  };
-  CHECK(demote(5) == wire::DemoteStatus::Kept);  // no target copy yet: the owner keeps its copy
-  w_copy(m, 2, "a", 1);                          // the target's copy lands afterwards
-  CHECK(demote(5) == wire::DemoteStatus::Kept);  // the same request again (a duplicate): still Kept
+  using D = wire::ReclaimResult;
+  CHECK(w_demote(m, 1, {{"a", 7}}, 5) == D::Kept);  // no target copy yet: the owner keeps its copy
+  w_copy(m, 2, "a", 1);                            // the target's copy lands afterwards
+  CHECK(w_demote(m, 1, {{"a", 7}}, 5) == D::Kept);  // the same epoch again (a duplicate): still Kept
+  CHECK(m.reclaim_fence_count() == 0);
   CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
-  CHECK(demote(6) == wire::DemoteStatus::Demoted);  // a new request is decided anew
+  CHECK(w_demote(m, 1, {{"a", 7}}, 6) == D::Fenced);  // a new attempt is decided anew
   CHECK(m.replica_nodes("a") == std::vector<uint32_t>{2});
+}
+
+TEST_CASE("master: a demotion keeps the target copy it relies on - no reclaim or removal of that copy while it is fenced, and it waits for one in progress") {
+  MasterCore m;
+  w_register(m, 1, "sglang_owner");
+  w_register(m, 2, "remote_cache");
+  w_put(m, 1, 7, "a");
+  w_copy(m, 2, "a", 1);
+  // A one-member reclaim Fence or Commit of node's copy of key (origin node 1's put `put_id`).
+  auto reclaim = [&](uint32_t node, uint64_t epoch, wire::ReclaimStep st, bool demote, const std::string& key,
+                     uint64_t put_id, uint64_t instance, uint64_t offset, uint64_t slot_size) {
+    wire::ReclaimT r;
+    r.node_id = node;
+    r.generation = 1;
+    r.epoch = epoch;
+    r.step = st;
+    r.demote = demote;
+    auto w = std::make_unique<wire::ReclaimMemberT>();
+    w->key = key;
+    w->origin_node = 1;
+    w->origin_generation = 1;
+    w->put_id = put_id;
+    w->instance = instance;
+    w->offset = offset;
+    w->slot_size = slot_size;
+    r.members.push_back(std::move(w));
+    return m.handle(make_envelope(std::move(r))).body.AsReclaimReply()->result;
+  };
+  using D = wire::ReclaimResult;
+  using St = wire::ReclaimStep;
+  // Node 2's copy: get 1's (w_copy).
+  auto target = [&](uint64_t epoch, St st) { return reclaim(2, epoch, st, false, "a", 7, 1, 8192, 4096); };
+  auto source = [&](uint64_t epoch, St st) { return reclaim(1, epoch, st, true, "a", 7, 7, 0, 4096); };
+  REQUIRE(source(10, St::Fence) == D::Fenced);
+  // The demotion stands: the target's own eviction of that copy waits, and so does its removal.
+  CHECK(target(20, St::Fence) == D::RetryableBusy);
+  bool busy = false;
+  CHECK_FALSE(m_remove(m, 2, "a", 1, 7, &busy));
+  CHECK(busy);
+  CHECK(m.counters().demote_relied_busy_total == 2);
+  REQUIRE(source(10, St::Commit) == D::Completed);
+  CHECK(m.replica_nodes("a") == std::vector<uint32_t>{2});  // the route stays, served by the target
+  // The other way round: the target's eviction of its copy is fenced first; a demotion waits.
+  w_put(m, 1, 8, "b");
+  w_copy(m, 2, "b", 2);
+  REQUIRE(reclaim(2, 21, St::Fence, false, "b", 8, 2, 8192, 4096) == D::Fenced);
+  CHECK(reclaim(1, 11, St::Fence, true, "b", 8, 8, 0, 4096) == D::RetryableBusy);
+  CHECK(m.replica_nodes("b") == std::vector<uint32_t>{1, 2});
 }

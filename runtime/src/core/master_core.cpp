@@ -113,7 +113,6 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     for (uint64_t e : epochs) end_reclaim(node_id, e, wire::ReclaimResult::Aborted);
     // The new generation numbers its epochs from the start again.
     std::erase_if(ended_reclaims_, [node_id](const auto& e) { return e.first.first == node_id; });
-    std::erase_if(kept_demotes_, [node_id](const auto& e) { return e.first.first == node_id; });
   }
   o.generation = generation;
   counters_.owners_registered_total++;
@@ -133,20 +132,10 @@ void MasterCore::tick(Millis now) {
     if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
     tombstone_order_.pop_front();
   }
-  while (!kept_demote_order_.empty() && kept_demote_order_.front().first <= now) {
-    auto k = kept_demotes_.find(kept_demote_order_.front().second);
-    if (k != kept_demotes_.end() && k->second <= now) kept_demotes_.erase(k);
-    kept_demote_order_.pop_front();
-  }
   while (!ended_reclaim_order_.empty() && ended_reclaim_order_.front().first <= now) {
     auto e = ended_reclaims_.find(ended_reclaim_order_.front().second);
     if (e != ended_reclaims_.end() && e->second.expires <= now) ended_reclaims_.erase(e);
     ended_reclaim_order_.pop_front();
-  }
-  while (!demoted_order_.empty() && demoted_order_.front().first <= now) {
-    auto d = demoted_.find(demoted_order_.front().second);
-    if (d != demoted_.end() && d->second.expires <= now) demoted_.erase(d);
-    demoted_order_.pop_front();
   }
   while (!writeback_order_.empty() && writeback_order_.front().first <= now) {
     auto t = writeback_tasks_.find(writeback_order_.front().second);
@@ -273,8 +262,10 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
     if (it != routes_.end() && it->second.ver == v)
       if (Replica* r = find_replica(it->second, item->node_id))
         match = r->generation == item->generation && (item->instance == 0 || r->instance == item->instance);
-    if (fenced(item->key, item->node_id)) {
+    const bool relied = demotion_relies_on(item->key, item->node_id);
+    if (fenced(item->key, item->node_id) || relied) {
       counters_.remove_busy_total++;
+      if (relied) counters_.demote_relied_busy_total++;
       rep.removed.push_back(false);
       rep.busy.push_back(true);
       continue;
@@ -345,7 +336,6 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     return make_envelope(std::move(rep));
   }
   if (auto* w = req.body.AsWriteBack()) return write_back(*w, now_);
-  if (auto* d = req.body.AsDemote()) return demote(*d);
   if (auto* p = req.body.AsPing()) return make_envelope(wire::PongT{{}, p->seq});
   counters_.errors_total++;
   counters_.malformed_total++;

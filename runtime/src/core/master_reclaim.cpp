@@ -10,6 +10,10 @@
 //   Commit(epoch)                   ->      the exact replicas go (the last route may), fences go
 //                                   <-      Completed
 //   or Abort(epoch)                 ->      fences go                          <- Aborted
+//
+// Single-copy demotion is the same transaction with `demote`: the Fence also requires a copy of
+// each member's version on a target-role owner (else Kept, nothing fenced), and while it stands no
+// reclaim or removal of those target copies proceeds (Busy), so the Commit leaves the route.
 #include "fluxon/core/local_index.hpp"
 #include "fluxon/core/master_core.hpp"
 
@@ -63,8 +67,22 @@ MasterCore::MemberState MasterCore::member_state(const wire::ReclaimMemberT& m, 
   return MemberState::kAbsent;
 }
 
+bool MasterCore::demotion_relies_on(const std::string& key, uint32_t node) const {
+  auto r = routes_.find(key);
+  if (r == routes_.end()) return false;
+  for (const auto& rep : r->second.replicas) {
+    if (rep.node_id == node) continue;
+    auto f = reclaim_fences_.find({key, rep.node_id});
+    if (f == reclaim_fences_.end()) continue;
+    auto t = reclaims_.find({rep.node_id, f->second});
+    if (t != reclaims_.end() && t->second.demote) return true;
+  }
+  return false;
+}
+
 Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
   const uint32_t node = req.node_id;
+  if (req.demote) counters_.owner_hot_demotion_attempts++;
   if (reclaims_.count({node, req.epoch})) {  // a replay: the fences this identity installed stand
     counters_.reclaim_in_progress_total++;
     return answer(req.epoch, wire::ReclaimResult::AlreadyInProgress);
@@ -101,6 +119,14 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
   }
   // A partial cohort is never taken for a new transaction.
   if (absent > 0) return busy(wire::ReclaimBusy::Partial, counters_.reclaim_busy_partial_total);
+  // Demotion: never the last copy - each member's version has a copy on a target-role owner.
+  if (req.demote)
+    for (const auto& m : req.members)
+      if (!backed_elsewhere(routes_.find(m->key)->second, node)) {
+        counters_.demote_kept_total++;
+        note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Kept);
+        return answer(req.epoch, wire::ReclaimResult::Kept);
+      }
   // Closure: the members are every replica of their cohorts on this node and, with tp_closure, the
   // other TP ranks' copies of their keys there.
   std::map<CohortKey, uint32_t> asked;
@@ -129,9 +155,19 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     if (reads_.count({m->key, node})) return busy(wire::ReclaimBusy::Activity, counters_.reclaim_busy_activity_total);
     if (reclaim_fences_.count({m->key, node}))
       return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
+    // A demotion elsewhere relies on this copy; a demotion waits while the copy it relies on is
+    // being reclaimed.
+    if (demotion_relies_on(m->key, node)) {
+      counters_.demote_relied_busy_total++;
+      return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
+    }
+    if (req.demote)
+      for (const auto& rep : routes_.find(m->key)->second.replicas)
+        if (rep.node_id != node && reclaim_fences_.count({m->key, rep.node_id}))
+          return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
   }
   // All members fenced, in this one step (or none above).
-  ReclaimTxn txn{req.generation, {}};
+  ReclaimTxn txn{req.generation, {}, req.demote};
   for (const auto& m : req.members) {
     txn.members.push_back(ReclaimMember{m->key, Version{m->origin_node, m->origin_generation, m->put_id}, m->instance,
                                         m->offset, m->slot_size, m->group});
@@ -147,14 +183,21 @@ Envelope MasterCore::reclaim_commit(const wire::ReclaimT& req) {
   // The owner released the backing already: the exact replicas go whatever else happened (a
   // committed backing never rolls back), the fences last, so no new request saw the freed slot.
   auto txn = reclaims_.find({node, req.epoch});
+  const bool demote = txn != reclaims_.end() && txn->second.demote;
   size_t removed = 0;
   for (const auto& m : req.members) {
     if (member_state(*m, node, req.generation) != MemberState::kPresent) continue;
+    const uint64_t len = routes_.find(m->key)->second.len;
     drop_replica(m->key, node, true);
     removed++;
     counters_.reclaim_replicas_removed_total++;
     (routes_.count(m->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;
+    if (demote) {
+      counters_.demoted_keys_total++;
+      counters_.owner_hot_demotion_selected_bytes += len;
+    }
   }
+  if (demote) counters_.owner_hot_demotion_cohorts++;
   if (txn != reclaims_.end()) {
     end_reclaim(node, req.epoch, wire::ReclaimResult::Completed);
     counters_.reclaim_completed_total++;

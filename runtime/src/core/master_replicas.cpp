@@ -52,66 +52,6 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
   return make_envelope(std::move(rep));
 }
 
-Envelope MasterCore::demote(const wire::DemoteT& req) {
-  counters_.demote_requests_total++;
-  counters_.owner_hot_demotion_attempts++;
-  // All or none: every source copy still routed must have a copy of its version on a target-role
-  // owner (never the last copy), and one a remote get reads now (activity fence) makes the whole
-  // request Busy. A source copy this master demoted already counts as demoted: the same request
-  // again after a lost reply (T1), even if the remote copy has gone since.
-  wire::DemoteReplyT rep;
-  rep.status = wire::DemoteStatus::Demoted;
-  const OwnerInfo& o = owners_[req.node_id];
-  if (req.demote_id && kept_demotes_.count({req.node_id, req.demote_id})) {  // answered Kept: it stays so
-    counters_.demote_kept_total++;
-    rep.status = wire::DemoteStatus::Kept;
-    return make_envelope(std::move(rep));
-  }
-  for (const auto& item : req.items) {
-    const Version v{item->origin_node, item->origin_generation, item->origin_put_id};
-    auto r = routes_.find(item->key);
-    Replica* mine = r == routes_.end() || !(r->second.ver == v) ? nullptr : find_replica(r->second, req.node_id);
-    if (mine && mine->generation != req.generation) mine = nullptr;
-    if (!mine) {
-      auto d = demoted_.find({item->key, req.node_id});
-      const bool done = d != demoted_.end() && d->second.ver == v && d->second.generation == req.generation;
-      if (!done || req.generation != o.generation) {
-        rep.status = wire::DemoteStatus::Kept;
-        break;
-      }
-      continue;
-    }
-    if (req.generation != o.generation || !backed_elsewhere(r->second, req.node_id)) {
-      rep.status = wire::DemoteStatus::Kept;
-      break;
-    }
-    if (fenced(item->key, req.node_id)) rep.status = wire::DemoteStatus::Busy;
-  }
-  if (rep.status == wire::DemoteStatus::Kept) {
-    counters_.demote_kept_total++;
-    if (req.demote_id) {
-      kept_demotes_[{req.node_id, req.demote_id}] = now_ + get_ttl_ms_;
-      kept_demote_order_.emplace_back(now_ + get_ttl_ms_, std::make_pair(req.node_id, req.demote_id));
-    }
-  }
-  if (rep.status == wire::DemoteStatus::Busy) counters_.demote_busy_total++;
-  if (rep.status != wire::DemoteStatus::Demoted) return make_envelope(std::move(rep));
-  counters_.owner_hot_demotion_cohorts++;
-  for (const auto& item : req.items) {
-    auto r = routes_.find(item->key);
-    Replica* mine = r == routes_.end() ? nullptr : find_replica(r->second, req.node_id);
-    if (!mine || mine->generation != req.generation) continue;  // demoted by an earlier attempt
-    const Millis expires = now_ + kTombstoneMs;
-    demoted_[{item->key, req.node_id}] = Demoted{r->second.ver, req.generation, expires};
-    demoted_order_.emplace_back(expires, std::make_pair(item->key, req.node_id));
-    counters_.owner_hot_demotion_selected_bytes += r->second.len;
-    drop_replica(item->key, req.node_id, true);  // the route stays: the target's copy serves it
-    counters_.demoted_keys_total++;
-    counters_.removed_with_copies_left_total++;
-  }
-  return make_envelope(std::move(rep));
-}
-
 bool MasterCore::target_besides(uint32_t node) const {
   for (const auto& [other, info] : owners_)
     if (other != node && is_replica_target(other)) return true;

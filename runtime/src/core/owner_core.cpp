@@ -180,8 +180,12 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Out
         return;
       break;
     case JobKind::kGet: on_get_reply(token, reply, now, out); break;
-    case JobKind::kDemote: demoted(writeback_.on_demote_reply(token, reply), now, out); break;
-    case JobKind::kWriteBackBatch: writeback_.on_batch_reply(token, reply, now, out); break;
+    case JobKind::kWriteBackBatch:
+      for (const auto& cohorts : writeback_.on_batch_reply(token, reply)) {
+        // Backed on a target: one demotion transaction over the job's exact cohort set (A1).
+        reclaim_.begin(take_cohorts(cohorts), now, out, true);
+      }
+      break;
     case JobKind::kPublish: {
       auto settled = put_.on_reply(token, reply, now, out);
       went_live(settled, now, out);
@@ -201,7 +205,6 @@ bool OwnerCore::known_token(uint64_t token) const {
     case JobKind::kExists: return exists_.owns(token);
     case JobKind::kReplicaPoll: return replicas_.owns(token);
     case JobKind::kGet: return gets_.owns(token);
-    case JobKind::kDemote: return writeback_.owns_demote(token);
     case JobKind::kWriteBackBatch: return writeback_.owns_batch(token);
     case JobKind::kPublish: return put_.owns(token);
     case JobKind::kRemove: return removal_.owns(token);
@@ -308,20 +311,6 @@ void OwnerCore::on_get_reply(uint64_t token, Envelope& reply, Millis now, Outbox
   }
 }
 
-void OwnerCore::demoted(std::vector<std::pair<std::string, Entry>> copies, Millis now, Outbox& out) {
-  // The master holds no route to these copies any more: each slot is Free once no reader holds it
-  // (S2). A copy whose re-publication (resync after a master restart) is in flight goes the
-  // replaced way, so that the late re-publication is removed again.
-  for (auto& [key, e] : copies) {
-    if (put_.resyncing(e.put_id)) {
-      replaced(key, e, now, out);
-      continue;
-    }
-    s_.pool.route_dropped(e.slot);
-    s_.live_routes--;
-  }
-}
-
 Reclaim::BusyCheck OwnerCore::reclaim_busy() {
   // A member is not released while a put of its key is open here, a remote get brings the key
   // here, or its route is being re-published (its reclaim is tried again later).
@@ -373,22 +362,35 @@ void OwnerCore::pressure(Millis now, Outbox& out) {
 
 void OwnerCore::evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out) {
   // A1: the exact cohort (with the other TP ranks' same group), never part of it: one transaction.
-  std::vector<Reclaim::Member> members;
+  std::vector<LocalIndex::CohortId> ids;
   for (const auto& id : s_.local.exact_cohort(cohort)) {
-    const auto* c = s_.local.cohort(id);
-    if (!c || reclaim_.owns_cohort(id)) continue;  // a transaction has it already
+    if (reclaim_.owns_cohort(id)) continue;  // a transaction has it already
     // A write-back of this cohort has nothing left to copy or demote: capacity eviction came first (S3).
     writeback_.cohort_evicted(id);
+    ids.push_back(id);
+  }
+  auto members = take_cohorts(ids);
+  for (const auto& m : members) {
+    s_.counters.evicted_keys_total++;
+    s_.counters.evicted_bytes_total += s_.pool.slot_size(m.e.slot);
+  }
+  reclaim_.begin(std::move(members), now, out);
+}
+
+std::vector<Reclaim::Member> OwnerCore::take_cohorts(const std::vector<LocalIndex::CohortId>& ids) {
+  // The live members of the cohorts no transaction owns yet, out of the resident tier.
+  std::vector<Reclaim::Member> members;
+  for (const auto& id : ids) {
+    const auto* c = s_.local.cohort(id);
+    if (!c || reclaim_.owns_cohort(id)) continue;  // gone, or a transaction has it already
     for (const auto& key : *c) {
       auto it = s_.local.find(key);
       if (it == s_.local.end() || it->second.put_id != id.first || !it->second.live) continue;
       s_.local.leave_resident(key, id.first);
       members.push_back(Reclaim::Member{key, it->second});
-      s_.counters.evicted_keys_total++;
-      s_.counters.evicted_bytes_total += s_.pool.slot_size(it->second.slot);
     }
   }
-  reclaim_.begin(std::move(members), now, out);
+  return members;
 }
 
 // ---- views -------------------------------------------------------------------------------------

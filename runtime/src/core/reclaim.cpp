@@ -4,19 +4,23 @@
 
 namespace fluxon {
 
-void Reclaim::begin(std::vector<Member> members, Millis now, Outbox& out) {
+void Reclaim::begin(std::vector<Member> members, Millis now, Outbox& out, bool demote) {
   if (members.empty()) return;
   const uint64_t id = next_id_++;
   Txn t;
+  t.demote = demote;
   for (auto& m : members) {
     m.bytes = s_.pool.slot_size(m.e.slot);
-    debt_bytes_ += m.bytes;
+    if (!demote) debt_bytes_ += m.bytes;
     const LocalIndex::CohortId c{m.e.put_id, m.e.group};
     if (cohorts_.emplace(c, id).second) t.cohorts.push_back(c);
   }
+  if (demote)
+    s_.counters.demote_started_keys_total += members.size();
+  else
+    s_.counters.reclaim_started_total++;
   t.members = std::move(members);
   t.epoch = s_.new_unique();
-  s_.counters.reclaim_started_total++;
   auto [it, _] = txns_.emplace(id, std::move(t));
   send(id, it->second, now, out);
 }
@@ -27,6 +31,7 @@ void Reclaim::send(uint64_t id, Txn& t, Millis now, Outbox& out) {
   r.generation = s_.generation;
   r.epoch = t.epoch;  // T1: every attempt of a step carries the same epoch
   r.tp_closure = s_.cfg.eviction_tp_cohorts;
+  r.demote = t.demote;
   r.step = t.phase == Phase::kCommitting ? wire::ReclaimStep::Commit
            : t.phase == Phase::kAborting ? wire::ReclaimStep::Abort
                                          : wire::ReclaimStep::Fence;
@@ -69,6 +74,10 @@ void Reclaim::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
         case R::AlreadyInProgress: return prepare(*id, t, true, now, out, busy);
         case R::Completed: return prepare(*id, t, false, now, out, busy);  // no replica left to fence
         case R::Aborted: return back_off(*id, t, now);  // (an ended attempt's answer: nothing fenced)
+        case R::Kept:  // a demotion without its target copy: the cohort stays here, resident
+          s_.counters.demote_kept_total++;
+          restore(t, End::kKept);
+          return finish(it);
         case R::RetryableBusy:
           switch (rr->busy) {
             case wire::ReclaimBusy::Activity: s_.counters.reclaim_master_activity_total++; break;
@@ -83,7 +92,7 @@ void Reclaim::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
           return finish(it);
       }
     case Phase::kCommitting:  // Completed, or Stale (removed without a fence): the replicas are gone
-      for (const Member& m : t.members) settle(m, End::kCommitted);
+      committed(t);
       if (t.attempts > 0) s_.counters.reclaim_retry_completed_total++;
       return finish(it);
     case Phase::kAborting:  // Aborted, or Stale (nothing was fenced): the fences are gone
@@ -131,15 +140,20 @@ void Reclaim::prepare(uint64_t id, Txn& t, bool fenced, Millis now, Outbox& out,
     t.phase = Phase::kCommitting;
     return send(id, t, now, out);
   }
-  for (const Member& m : t.members) settle(m, End::kCommitted);
+  committed(t);
   finish(txns_.find(id));
+}
+
+void Reclaim::committed(Txn& t) {
+  for (const Member& m : t.members) settle(t, m, End::kCommitted);
+  if (t.demote) s_.counters.demoted_cohorts_total += t.cohorts.size();
 }
 
 void Reclaim::back_off(uint64_t id, Txn& t, Millis now) {
   t.attempts++;
   if (t.attempts >= kMaxAttempts) {  // bounded: the cohort goes back where eviction finds it
     s_.counters.reclaim_restored_total++;
-    restore(t, End::kRestored);
+    restore(t, t.demote ? End::kKept : End::kRestored);
     return finish(txns_.find(id));
   }
   s_.counters.reclaim_retry_queued_total++;
@@ -148,9 +162,9 @@ void Reclaim::back_off(uint64_t id, Txn& t, Millis now) {
 }
 
 void Reclaim::drop_obsolete(Txn& t) {
-  std::erase_if(t.members, [this](const Member& m) {
+  std::erase_if(t.members, [this, &t](const Member& m) {
     if (is_current(m)) return false;
-    settle(m, End::kObsolete);
+    settle(t, m, End::kObsolete);
     return true;
   });
 }
@@ -159,7 +173,7 @@ void Reclaim::restore(Txn& t, End current_ends) {
   for (const Member& m : t.members) {
     const bool current = is_current(m);
     if (current) s_.local.enter_resident(m.key, {m.e.put_id, m.e.group}, m.bytes);
-    settle(m, current ? current_ends : End::kObsolete);
+    settle(t, m, current ? current_ends : End::kObsolete);
   }
 }
 
@@ -188,20 +202,33 @@ void Reclaim::resend_all(Millis now, Outbox& out) {
     if (t.phase != Phase::kWaiting) send(id, t, now, out);
 }
 
-void Reclaim::settle(const Member& m, End how) {
+void Reclaim::settle(const Txn& t, const Member& m, End how) {
+  auto& c = s_.counters;
+  if (t.demote) {  // not selection debt: the demote_* counters reconcile it
+    switch (how) {
+      case End::kCommitted:
+        c.demoted_keys_total++;
+        c.demoted_bytes_total += m.bytes;
+        break;
+      case End::kObsolete: c.demote_obsolete_keys_total++; break;
+      default: c.demote_kept_keys_total++; break;
+    }
+    return;
+  }
   debt_bytes_ -= m.bytes;
   switch (how) {
     case End::kCommitted:
-      s_.counters.reclaim_committed_keys_total++;
-      s_.counters.reclaim_committed_bytes_total += m.bytes;
+      c.reclaim_committed_keys_total++;
+      c.reclaim_committed_bytes_total += m.bytes;
       break;
     case End::kRestored:
-      s_.counters.reclaim_restored_keys_total++;
-      s_.counters.reclaim_restored_bytes_total += m.bytes;
+    case End::kKept:
+      c.reclaim_restored_keys_total++;
+      c.reclaim_restored_bytes_total += m.bytes;
       break;
     case End::kObsolete:
-      s_.counters.reclaim_obsolete_keys_total++;
-      s_.counters.reclaim_obsolete_bytes_total += m.bytes;
+      c.reclaim_obsolete_keys_total++;
+      c.reclaim_obsolete_bytes_total += m.bytes;
       break;
   }
 }

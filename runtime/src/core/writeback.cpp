@@ -40,7 +40,6 @@ void WriteBack::write_back(const std::vector<std::pair<std::string, LocalIndex::
       for (const auto& k : *c) {
         job.keys.push_back(k);
         job.versions.push_back(s_.local.at(k).ver);
-        job.put_ids.push_back(id.first);
       }
     }
     if (job.keys.empty()) continue;
@@ -76,37 +75,26 @@ void WriteBack::send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox
   s_.to_master(tok, make_envelope(std::move(w)), out);
 }
 
-void WriteBack::on_batch_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
+std::vector<std::vector<WriteBack::CohortId>> WriteBack::on_batch_reply(uint64_t token, Envelope& reply) {
+  std::vector<std::vector<CohortId>> backed;
   auto b = batches_.find(token);
   auto* wr = reply.body.AsWriteBackReply();
-  if (b == batches_.end() || !wr) return;
+  if (b == batches_.end() || !wr) return backed;
   const auto jobs = std::move(b->second.jobs);
   batches_.erase(b);
   size_t total = 0;
   for (const auto& [id, n] : jobs) total += n;
-  if (total != wr->status.size()) return;  // not this request's answer: its jobs ask again
+  if (total != wr->status.size()) return backed;  // not this request's answer: its jobs ask again
   size_t at = 0;
   for (const auto& [id, n] : jobs) {
-    // A job that ended, or moved on to its Demote, since this request left skips its part.
-    auto j = jobs_.find(id);
-    if (j != jobs_.end() && !j->second.demoting) settle(id, wr->status.data() + at, now, out);
+    // A job that ended since this request left skips its part.
+    if (auto j = jobs_.find(id); j != jobs_.end()) {
+      auto cohorts = j->second.cohorts;
+      if (settle(id, wr->status.data() + at) && s_.cfg.writeback_demote) backed.push_back(std::move(cohorts));
+    }
     at += n;
   }
-}
-
-void WriteBack::send_demote(uint64_t id, Job& job, Millis now, Outbox& out) {
-  wire::DemoteT d;  // one exact cohort set per request: the master grants it all or none
-  d.node_id = s_.cfg.node_id;
-  d.generation = s_.generation;
-  d.demote_id = id;
-  for (size_t i = 0; i < job.keys.size(); ++i)
-    d.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
-        {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
-  s_.counters.writeback_requests_total++;
-  const uint64_t tok = s_.new_token(JobKind::kDemote);
-  jobs_.attempt(id, tok);
-  jobs_.schedule(id, now + s_.cfg.publish_retry_ms);
-  s_.to_master(tok, make_envelope(std::move(d)), out);
+  return backed;
 }
 
 void WriteBack::cohort_evicted(CohortId cohort) {
@@ -124,59 +112,22 @@ void WriteBack::end(uint64_t id) {
   jobs_.erase(j);
 }
 
-// The first phase's answer for one job (its keys' statuses, in order).
-void WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status, Millis now, Outbox& out) {
+// One job's answer (its keys' statuses, in order).
+bool WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status) {
   Job& job = jobs_.at(id);
   size_t backed = 0;
   for (size_t i = 0; i < job.keys.size(); ++i) {
     if (status[i] == wire::WriteBackStatus::Obsolete || status[i] == wire::WriteBackStatus::NoTarget) {
       s_.counters.writeback_abandoned_total++;  // the value moved on, or nowhere to copy it to
       end(id);
-      return;
+      return false;
     }
     backed += status[i] == wire::WriteBackStatus::Backed;
   }
-  if (backed < job.keys.size()) return;  // tasks on their way: asked again at next_send
+  if (backed < job.keys.size()) return false;  // tasks on their way: asked again at next_send
   s_.counters.writeback_backed_keys_total += job.keys.size();
-  if (!s_.cfg.writeback_demote) {  // inclusive write-back: both copies stay
-    end(id);
-    return;
-  }
-  job.demoting = true;
-  send_demote(id, job, now, out);
-}
-
-// The second phase's answer (Demote, one job per request).
-std::vector<std::pair<std::string, WriteBack::Entry>> WriteBack::on_demote_reply(uint64_t token, Envelope& reply) {
-  std::vector<std::pair<std::string, Entry>> demoted;
-  auto id = jobs_.id_of(token);
-  if (!id) return demoted;
-  auto j = jobs_.find(*id);
-  if (j == jobs_.end()) return demoted;
-  Job& job = j->second;
-  auto* dr = reply.body.AsDemoteReply();
-  if (!dr || !job.demoting) return demoted;
-  jobs_.forget(*id);  // a reply settles every attempt so far
-  if (dr->status == wire::DemoteStatus::Busy) return demoted;  // a remote get reads a copy here: asked again
-  if (dr->status == wire::DemoteStatus::Kept) {
-    s_.counters.demote_kept_total++;  // the remote copy went first: these copies stay
-    end(*id);
-    return demoted;
-  }
-  // Demoted: the master holds no route to these copies any more. An entry replaced or evicted
-  // meanwhile is that path's business already.
-  for (size_t i = 0; i < job.keys.size(); ++i) {
-    auto it = s_.local.find(job.keys[i]);
-    if (it == s_.local.end() || it->second.put_id != job.put_ids[i] || !it->second.live) continue;
-    const Entry e = it->second;
-    s_.local.erase(it);
-    s_.counters.demoted_keys_total++;
-    s_.counters.demoted_bytes_total += s_.pool.slot_size(e.slot);
-    demoted.emplace_back(job.keys[i], e);
-  }
-  s_.counters.demoted_cohorts_total += job.cohorts.size();
-  end(*id);
-  return demoted;
+  end(id);  // inclusive write-back: both copies stay; with demotion, a reclaim takes it from here
+  return true;
 }
 
 void WriteBack::retry(Millis now, Outbox& out) {
@@ -189,7 +140,6 @@ void WriteBack::retry(Millis now, Outbox& out) {
   for (uint64_t id : ids) {
     Job& job = jobs_.at(id);
     if (now >= job.deadline) expired.push_back(id);
-    else if (job.demoting) send_demote(id, job, now, out);
     else again.push_back(id);
   }
   if (!again.empty()) send_batch(again, now, out);

@@ -135,11 +135,12 @@ class MasterCore {
   void end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult how);
   enum class MemberState { kPresent, kAbsent, kChanged };
   MemberState member_state(const wire::ReclaimMemberT& m, uint32_t node, uint64_t generation);
+  // A demotion on another node than `node` fences key (its target copy, maybe node's, must stay).
+  bool demotion_relies_on(const std::string& key, uint32_t node) const;
   void add_replica(Route& r, Replica rep);  // counted, and in its cohort's size
   void count_cohort(uint32_t node, const Replica& rep, int delta);
   Envelope replica_poll(const wire::ReplicaPollT& req);
   Envelope write_back(const wire::WriteBackT& req, Millis now);
-  Envelope demote(const wire::DemoteT& req);
   bool is_replica_target(uint32_t node_id) const;
   // A target-role owner other than `node` is registered (replica tasks have somewhere to go).
   bool target_besides(uint32_t node) const;
@@ -164,18 +165,6 @@ class MasterCore {
   // to finish (kWriteBackTaskMs); then a lost task (its fetch failed) is queued anew.
   std::unordered_map<std::string, std::pair<Version, Millis>> writeback_tasks_;
   std::deque<std::pair<Millis, std::string>> writeback_order_;  // (expiry, key), oldest first
-  // Source copies dropped by Demote, per (key, node): a re-sent Demote (its reply was lost) is
-  // Demoted again even if the remote copy has gone since (T1); forgotten after kTombstoneMs.
-  struct Demoted {
-    Version ver;
-    uint64_t generation;
-    Millis expires;
-  };
-  std::map<std::pair<std::string, uint32_t>, Demoted> demoted_;
-  // Demote requests answered Kept, per (node, demote_id), for the get TTL: answered once (T1).
-  std::map<std::pair<uint32_t, uint64_t>, Millis> kept_demotes_;
-  std::deque<std::pair<Millis, std::pair<uint32_t, uint64_t>>> kept_demote_order_;
-  std::deque<std::pair<Millis, std::pair<std::string, uint32_t>>> demoted_order_;
   static constexpr Millis kWriteBackTaskMs = 10000;
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   RouteTable<Route> routes_;
@@ -201,7 +190,7 @@ class MasterCore {
   std::map<CohortKey, uint32_t> cohorts_;
   // Reclaim transactions, (node, epoch) -> the fenced members; (key, node) -> the epoch fencing it.
   // While fenced a replica is no get's source, its key takes no put from that node, and no other
-  // removal or demotion touches it.
+  // removal touches it; while a demotion fences a key, no other node's copy of it is fenced.
   struct ReclaimMember {
     std::string key;
     Version ver;
@@ -211,6 +200,7 @@ class MasterCore {
   struct ReclaimTxn {
     uint64_t generation = 0;
     std::vector<ReclaimMember> members;
+    bool demote = false;  // single-copy demotion: the target copies it relies on stay while it stands
   };
   std::map<std::pair<uint32_t, uint64_t>, ReclaimTxn> reclaims_;
   std::map<std::pair<std::string, uint32_t>, uint64_t> reclaim_fences_;

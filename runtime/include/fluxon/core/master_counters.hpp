@@ -41,14 +41,14 @@
   X(writeback_backed_total, "fluxon_master_writeback_backed_total", "", "Write-back keys found held by a target-role owner") \
   X(writeback_obsolete_total, "fluxon_master_writeback_obsolete_total", "", "Write-back keys whose sender held no copy of that version") \
   X(writeback_no_target_total, "fluxon_master_writeback_no_target_total", "", "Write-back keys refused: no target-role owner") \
-  X(demote_requests_total, "fluxon_master_demote_requests_total", "", "Demote requests from owners (retries included)") \
+  /* Single-copy demotion: a fenced reclaim with demote set (master_reclaim.cpp). */ \
   X(demoted_keys_total, "fluxon_master_demoted_keys_total", "", "Source copies dropped by single-copy demotion") \
-  X(demote_kept_total, "fluxon_master_demote_kept_total", "", "Demotions refused: a key had no target copy of its version") \
-  X(demote_busy_total, "fluxon_master_demote_busy_total", "", "Demotions deferred: a remote get read a source copy") \
-  /* The design's names: Demote requests (attempts), those granted (each an exact cohort set), and */ \
+  X(demote_kept_total, "fluxon_master_demote_kept_total", "", "Demotion fences refused: a key had no target copy of its version") \
+  X(demote_relied_busy_total, "fluxon_master_demote_relied_busy_total", "", "Reclaims and removals of a target copy deferred: a demotion relied on it") \
+  /* The design's names: demotion attempts (Fences), those granted (each an exact cohort set), and */ \
   /* the value bytes whose source copies they dropped. */ \
-  X(owner_hot_demotion_attempts, "fluxon_master_owner_hot_demotion_attempts_total", "", "Demote requests (owner_hot_demotion_attempts)") \
-  X(owner_hot_demotion_cohorts, "fluxon_master_owner_hot_demotion_cohorts_total", "", "Demote requests granted, each an exact cohort set (owner_hot_demotion_cohorts)") \
+  X(owner_hot_demotion_attempts, "fluxon_master_owner_hot_demotion_attempts_total", "", "Demotion fences asked (owner_hot_demotion_attempts)") \
+  X(owner_hot_demotion_cohorts, "fluxon_master_owner_hot_demotion_cohorts_total", "", "Demotions committed, each an exact cohort set (owner_hot_demotion_cohorts)") \
   X(owner_hot_demotion_selected_bytes, "fluxon_master_owner_hot_demotion_selected_bytes_total", "", "Value bytes whose source copies demotion dropped (owner_hot_demotion_selected_bytes)") \
   /* Fenced source reclaim (master_reclaim.cpp): each answer, by kind and reason. */ \
   X(reclaim_requests_total, "fluxon_master_reclaim_requests_total", "", "Reclaim requests (Fence, Commit, Abort; retries included)") \

@@ -98,13 +98,14 @@ class OwnerCore {
   void replaced(const std::string& key, const Entry& old, Millis now, Outbox& out);
   void launch_transfers(Millis now, Outbox& out);
   void on_get_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
-  void demoted(std::vector<std::pair<std::string, Entry>> copies, Millis now, Outbox& out);
   // Capacity eviction (S1, S3, S4): claims and fetches say what room they need (want_room); the
   // pressure step, from tick only, selects cold unheld cohorts worth that and the free watermark's
   // deficit less the selection debt, and hands each exact cohort to a reclaim transaction.
   void want_room(RoomNeeded room);
   void pressure(Millis now, Outbox& out);
   void evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out);
+  // The live members of these cohorts that no transaction owns, taken out of the resident tier.
+  std::vector<Reclaim::Member> take_cohorts(const std::vector<LocalIndex::CohortId>& ids);
   Reclaim::BusyCheck reclaim_busy();
 
   OwnerShared s_;

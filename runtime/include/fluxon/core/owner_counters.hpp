@@ -102,11 +102,16 @@
   X(writeback_keys_total, "fluxon_owner_writeback_keys_total", "", "Keys of the cohorts written back") \
   X(writeback_backed_keys_total, "fluxon_owner_writeback_backed_keys_total", "", "Written-back keys a target-role owner holds now") \
   X(writeback_abandoned_total, "fluxon_owner_writeback_abandoned_total", "", "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay") \
-  X(writeback_requests_total, "fluxon_owner_writeback_requests_total", "", "WriteBack and Demote requests sent (retries included)") \
+  X(writeback_requests_total, "fluxon_owner_writeback_requests_total", "", "WriteBack requests sent (retries included)") \
+  /* Single-copy demotion: a reclaim transaction with demote set, per backed job; its members are */ \
+  /* demoted (committed), kept (no target copy any more), given up (bounded retries) or obsolete. */ \
+  X(demote_started_keys_total, "fluxon_owner_demote_started_keys_total", "", "Keys handed to demotion transactions") \
   X(demoted_cohorts_total, "fluxon_owner_demoted_cohorts_total", "", "Cohorts demoted: their copies here dropped, the remote copy serves") \
   X(demoted_keys_total, "fluxon_owner_demoted_keys_total", "", "Keys demoted") \
   X(demoted_bytes_total, "fluxon_owner_demoted_bytes_total", "", "Slot bytes freed by demotion") \
-  X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept")
+  X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept") \
+  X(demote_kept_keys_total, "fluxon_owner_demote_kept_keys_total", "", "Keys a demotion kept here: no target copy, or retries ran out") \
+  X(demote_obsolete_keys_total, "fluxon_owner_demote_obsolete_keys_total", "", "Keys that left a demotion replaced or removed meanwhile")
 
 // Exists (exists.hpp): exists_prefix questions.
 #define FLUXON_OWNER_EXISTS_COUNTERS(X) \

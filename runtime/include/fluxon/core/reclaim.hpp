@@ -15,6 +15,11 @@
 //                master and installs nothing). After
 //                kMaxAttempts the cohort goes back to the resident tier (restored).
 //
+// Single-copy demotion (E16ap) is the same transaction with `demote`: the write-back found the
+// cohort backed on a target-role owner; the master fences it only while that copy stays (Kept
+// otherwise: the cohort goes back to the resident tier). Demotions are not selection debt; their
+// members end demoted, kept or obsolete (the demote_* counters reconcile them).
+//
 // Every request is re-sent with the same epoch until answered (T1). Declared bound:
 // OwnerCoreConfig::Limits::reclaims (capacity eviction pauses there).
 #pragma once
@@ -47,7 +52,8 @@ class Reclaim {
   explicit Reclaim(OwnerShared& s) : s_(s) {}
 
   // A selected exact cohort (its entries have left the resident tier): one transaction, Fence now.
-  void begin(std::vector<Member> members, Millis now, Outbox& out);
+  // demote: a single-copy demotion of a backed cohort rather than a capacity eviction.
+  void begin(std::vector<Member> members, Millis now, Outbox& out, bool demote = false);
   void on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out, const BusyCheck& busy);
   // Unanswered requests again (same epoch); backed-off transactions fence again (new epoch).
   void retry_due(Millis now, Outbox& out);
@@ -67,6 +73,7 @@ class Reclaim {
     uint32_t attempts = 0;
     Millis next_send = 0;
     std::vector<LocalIndex::CohortId> cohorts;  // the cohorts it owns
+    bool demote = false;
   };
   void send(uint64_t id, Txn& t, Millis now, Outbox& out);
   // The master fenced the members (or holds no replica of them: `fenced` false): release or abort.
@@ -75,9 +82,10 @@ class Reclaim {
   // Members that are no longer the copy selected (replaced, removed) leave the transaction: their
   // slots are the business of whatever replaced them.
   void drop_obsolete(Txn& t);
-  // How a member's debt ends.
-  enum class End { kCommitted, kRestored, kObsolete };
-  void settle(const Member& m, End how);
+  void committed(Txn& t);  // every member's slot is Free and its replica gone
+  // How a member's transaction ends for it (kKept: a demotion the master refused).
+  enum class End { kCommitted, kRestored, kObsolete, kKept };
+  void settle(const Txn& t, const Member& m, End how);
   // The transaction ends unreleased: members still this copy go back to the resident tier (ending
   // `current_ends`), the others end obsolete.
   void restore(Txn& t, End current_ends);

@@ -2,14 +2,13 @@
 // also sit in a hot W-TinyLFU tier smaller than the segment; when it evicts a key, the key's exact
 // cohort (A1: the atomic group, with the other TP ranks' groups) gets a copy on a target-role owner
 // through the replica tasks the master queues (WriteBack, re-sent until a target holds every key),
-// and, with writeback_demote, this owner's copies then go in one all-or-none Demote that the
-// master grants only while the remote copy of the same version stays. Nothing here waits:
-// capacity eviction may take the cohort first (S3), a lost reply is answered again (T1: WriteBack
-// and Demote are idempotent), and a write-back that does not finish is given up, the entries
-// staying.
+// and, with writeback_demote, the backed cohorts are handed back (on_batch_reply) for one fenced
+// reclaim transaction with demote set (Reclaim), which the master fences only while the remote copy
+// of the same version stays. Nothing here waits: capacity eviction may take the cohort first (S3),
+// a lost reply is answered again (T1: WriteBack is idempotent), and a write-back that does not
+// finish is given up, the entries staying.
 //
-// Demoted copies come back to the router (their routes are gone at the master). Bound:
-// Limits::writebacks jobs in flight (past it a hot-tier eviction is not copied, counted).
+// Bound: Limits::writebacks jobs in flight (past it a hot-tier eviction is not copied, counted).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -34,13 +33,11 @@ class WriteBack {
   void admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out);
   // Capacity eviction took `cohort` first: its write-back has nothing left to copy or demote.
   void cohort_evicted(CohortId cohort);
-  // Answers to this component's tokens. A Demote answer returns the copies it demoted: out of the
-  // index, their slots still route_live here (the router gives the routes up).
-  void on_batch_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
-  std::vector<std::pair<std::string, Entry>> on_demote_reply(uint64_t token, Envelope& reply);
+  // The answer to a WriteBack: with writeback_demote, the exact cohort sets now backed on a target
+  // (each job's: one demotion transaction each); their jobs have ended.
+  std::vector<std::vector<CohortId>> on_batch_reply(uint64_t token, Envelope& reply);
   void retry(Millis now, Outbox& out);
   bool owns_batch(uint64_t token) const { return batches_.count(token) != 0; }
-  bool owns_demote(uint64_t token) const { return jobs_.id_of(token).has_value(); }
   size_t pending() const { return jobs_.size(); }
 
  private:
@@ -48,9 +45,7 @@ class WriteBack {
     std::vector<CohortId> cohorts;
     std::vector<std::string> keys;
     std::vector<Version> versions;
-    std::vector<uint64_t> put_ids;
-    bool demoting = false;         // every key is backed: the Demote request is out
-    Millis next_send = 0, deadline = 0;  // (Demote attempts: jobs_; WriteBack ones: batches_)
+    Millis next_send = 0, deadline = 0;
   };
   // The first phase of many jobs travels in one WriteBack (G8's batching for write-back): a batch
   // remembers its jobs in order, and its reply is split among those still waiting for it.
@@ -61,8 +56,8 @@ class WriteBack {
   void write_back(const std::vector<std::pair<std::string, LocalIndex::ResidentRef>>& evicted, Millis now,
                   Outbox& out);
   void send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox& out);
-  void settle(uint64_t id, const wire::WriteBackStatus* status, Millis now, Outbox& out);
-  void send_demote(uint64_t id, Job& job, Millis now, Outbox& out);
+  // One job's statuses: true when every key is backed (the job has ended).
+  bool settle(uint64_t id, const wire::WriteBackStatus* status);
   void end(uint64_t id);
 
   OwnerShared& s_;
