@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
 
 using namespace fluxon;
@@ -27,13 +28,14 @@ struct Req {
 class Lru {
  public:
   explicit Lru(uint64_t cap) : cap_(cap) {}
-  bool access(uint64_t k, uint64_t w) {
+  // A hit moves k to the MRU end; a miss inserts it (touch_only: a miss changes nothing).
+  bool access(uint64_t k, uint64_t w, bool touch_only = false) {
     auto it = map_.find(k);
     if (it != map_.end()) {
       order_.splice(order_.end(), order_, it->second);
       return true;
     }
-    if (w > cap_) return false;
+    if (touch_only || w > cap_) return false;
     order_.push_back({k, w});
     map_[k] = std::prev(order_.end());
     size_ += w;
@@ -144,41 +146,133 @@ std::vector<Req> scan_trace(size_t n, uint64_t seed) {
 
 // Multi-turn LLM serving: each request reads its session's prefix chain (shared system prompt
 // pages first, then the session's own history) and appends new pages; sessions are picked with a
-// skew toward recent ones. Page keys are chained hashes, as in SGLang's radix cache.
-std::vector<Req> llm_trace(size_t n, uint64_t seed, uint64_t* distinct_pages) {
+// skew toward recent ones. Page keys are chained hashes, as in SGLang's radix cache. A request is
+// its pages in prefix order, each with the page before it (its parent); `reads` of them existed.
+struct Page {
+  uint64_t key, parent;  // parent 0: the first page of a prompt
+};
+struct Request {
+  std::vector<Page> pages;
+  size_t reads = 0;  // the prefix that existed; the rest are new pages
+};
+constexpr uint32_t kLlmPage = 4718592;
+
+std::vector<Request> llm_requests(size_t n, uint64_t seed, uint64_t* distinct_pages) {
   std::mt19937_64 rng(seed);
   const int prompts = 16, prompt_pages = 24;
-  struct Session {
-    std::vector<uint64_t> pages;
-  };
-  std::vector<Session> sessions;
-  std::vector<Req> t;
+  std::vector<std::vector<Page>> sessions;
+  std::vector<Request> out;
+  size_t pages = 0;
   uint64_t distinct = uint64_t(prompts) * prompt_pages;
   auto page_key = [](uint64_t parent, uint64_t salt) { return scramble(parent * 1000003 + salt + 1); };
-  while (t.size() < n) {
+  while (pages < n) {
     const bool fresh = sessions.empty() || rng() % 5 == 0;
     if (fresh) {
-      Session s;
+      std::vector<Page> s;
       const uint64_t p = rng() % prompts;
-      uint64_t h = p + 7;
-      for (int i = 0; i < prompt_pages; ++i) s.pages.push_back(h = page_key(h, i));
+      uint64_t h = p + 7, parent = 0;
+      for (int i = 0; i < prompt_pages; ++i) {
+        h = page_key(h, i);
+        s.push_back({h, parent});
+        parent = h;
+      }
       sessions.push_back(std::move(s));
     }
     // Recent sessions are far more likely to continue.
     const size_t back = std::min<size_t>(sessions.size() - 1, size_t(std::exponential_distribution<double>(0.02)(rng)));
-    Session& s = sessions[sessions.size() - 1 - back];
-    for (uint64_t pg : s.pages) t.push_back({pg, 4718592});
+    auto& s = sessions[sessions.size() - 1 - back];
+    Request r;
+    r.pages = s;
+    r.reads = s.size();
     const int fresh_pages = 1 + int(rng() % 24);
     for (int i = 0; i < fresh_pages; ++i) {
-      const uint64_t k = page_key(s.pages.back(), rng());
-      s.pages.push_back(k);
-      t.push_back({k, 4718592});
+      const uint64_t k = page_key(s.back().key, rng());
+      s.push_back({k, s.back().key});
+      r.pages.push_back(s.back());
       distinct++;
     }
+    pages += r.pages.size();
+    out.push_back(std::move(r));
   }
-  t.resize(n);
   *distinct_pages = distinct;
+  return out;
+}
+
+// The same trace as page reads, each counted on its own.
+std::vector<Req> llm_trace(size_t n, uint64_t seed, uint64_t* distinct_pages) {
+  std::vector<Req> t;
+  for (const auto& r : llm_requests(n, seed, distinct_pages))
+    for (const auto& p : r.pages) t.push_back({p.key, kLlmPage});
+  t.resize(n);
   return t;
+}
+
+// Prefix hits, as a restore counts them: a request's pages hit up to its first miss; from there on
+// they are recomputed and stored again (a page still held is only touched). Byte-hit ratio, %.
+template <class Cache>
+double prefix_byte_hits(const std::vector<Request>& trace, Cache& c) {
+  uint64_t hit = 0, all = 0;
+  for (const auto& r : trace) {
+    bool missed = false;
+    for (size_t i = 0; i < r.pages.size(); ++i) {
+      const Page& p = r.pages[i];
+      all += kLlmPage;
+      if (!missed && i < r.reads && c.touch(p.key)) {
+        hit += kLlmPage;
+        continue;
+      }
+      missed = true;
+      if (!c.touch(p.key)) c.put(p.key, p.parent);
+    }
+  }
+  return 100.0 * double(hit) / double(all);
+}
+
+// Bounded LRU, and the bounded W-TinyLFU, for prefix_byte_hits.
+struct LruCache {
+  Lru l;
+  bool touch(uint64_t k) { return l.access(k, 0, true); }
+  void put(uint64_t k, uint64_t) { (void)l.access(k, kLlmPage); }
+};
+struct TinyLfuCache {
+  WeightedCache<uint64_t, uint32_t> c;
+  bool touch(uint64_t k) { return c.touch(k); }
+  void put(uint64_t k, uint64_t) { (void)c.insert(k, 0, kLlmPage); }
+};
+
+// The owner's resident tier: an unbounded W-TinyLFU order that capacity pressure evicts from with
+// evict_some_if (as Eviction::select does); prefix-aware, the least recently used leaf first
+// (PrefixChains), then anything.
+struct OwnerTier {
+  WeightedCache<uint64_t, uint32_t> c;
+  uint64_t cap;
+  bool prefix_aware;
+  PrefixChains<uint64_t> chains;
+  uint64_t held = 0;
+  bool touch(uint64_t k) { return c.touch(k); }
+  void put(uint64_t k, uint64_t parent) {
+    (void)c.insert(k, 0, kLlmPage);
+    held += kLlmPage;
+    if (prefix_aware) chains.link(k, parent, parent != 0);
+    if (held <= cap) return;
+    std::vector<std::pair<uint64_t, uint32_t>> gone;
+    uint64_t got = 0;
+    if (prefix_aware)
+      got = c.evict_some_if(held - cap, [&](const uint64_t& key, const uint32_t&) { return chains.is_leaf(key); }, &gone,
+                            WeightedCache<uint64_t, uint32_t>::Order::kRecency);
+    if (got < held - cap) got += c.evict_some_if(held - cap - got, [](const uint64_t&, const uint32_t&) { return true; }, &gone);
+    held -= got;
+    for (const auto& [key, v] : gone) chains.unlink(key);
+  }
+};
+
+WeightedCache<uint64_t, uint32_t>::Options tier_options(uint64_t cap, uint64_t keys, bool bounded) {
+  WeightedCache<uint64_t, uint32_t>::Options o;
+  o.max_capacity = cap;
+  o.enforce_capacity = bounded;
+  o.shards = bounded ? 16 : 4;  // the owner's resident tier has 4 (local_index.cpp)
+  o.estimated_entries = keys;
+  return o;
 }
 
 // One trace at one capacity: LRU, W-TinyLFU with a fixed 1% window (Moka's policy), and with the
@@ -252,6 +346,44 @@ int main(int argc, char** argv) {
     }
     std::printf("(LLM trace: %llu distinct 4.5 MiB pages in %zu page reads)\n", (unsigned long long)distinct,
                 t.size());
+  }
+  if (g_only.empty() || std::string("LLM prefix hits").find(g_only) != std::string::npos) {
+    // The same trace counted as restores count it (a request's pages hit up to its first miss):
+    // LRU, the bounded W-TinyLFU, the owner's resident tier (unbounded W-TinyLFU, evict_some_if),
+    // and that tier with prefix-aware eviction (leaves first). Seeds 45-49: the median, min, max.
+    std::printf("\nLLM multi-turn prefix, prefix byte-hit ratio %% (hits up to a request's first miss), seeds 45-49 median [min, max]:\n");
+    std::printf("%-6s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
+                "owner, prefix-aware", "prefix-aware - LRU, points");
+    std::vector<std::vector<Request>> traces;
+    std::vector<uint64_t> distincts;
+    for (uint64_t seed : {45, 46, 47, 48, 49}) {
+      uint64_t distinct = 0;
+      traces.push_back(llm_requests(n, seed, &distinct));
+      distincts.push_back(distinct);
+    }
+    for (double frac : {0.01, 0.02, 0.05, 0.10, 0.20}) {
+      std::vector<double> col[4], delta;
+      for (size_t i = 0; i < traces.size(); ++i) {
+        const uint64_t cap = uint64_t(double(distincts[i]) * frac) * kLlmPage;
+        LruCache lru{Lru(cap)};
+        TinyLfuCache tl{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], true))};
+        OwnerTier owner{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, false, {}, 0};
+        OwnerTier prefix{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, true, {}, 0};
+        col[0].push_back(prefix_byte_hits(traces[i], lru));
+        col[1].push_back(prefix_byte_hits(traces[i], tl));
+        col[2].push_back(prefix_byte_hits(traces[i], owner));
+        col[3].push_back(prefix_byte_hits(traces[i], prefix));
+        delta.push_back(col[3].back() - col[0].back());
+      }
+      auto med = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        char b[64];
+        std::snprintf(b, sizeof b, "%6.2f [%6.2f, %6.2f]", v[v.size() / 2], v.front(), v.back());
+        return std::string(b);
+      };
+      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %s\n", frac * 100, med(col[0]).c_str(), med(col[1]).c_str(),
+                  med(col[2]).c_str(), med(col[3]).c_str(), med(delta).c_str());
+    }
   }
   if (g_only.empty() || std::string("LLM multi-turn prefix").find(g_only) != std::string::npos) {
     // The small caches, where LRU is not optimal and the window moves, on other draws of the trace.

@@ -27,6 +27,7 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   if (s.is_ok() && value_len <= 0) s = invalid_argument("value_len: must be > 0, got " + std::to_string(value_len));
   if (s.is_ok()) s = validate_group_lens(opts.atomic_group_lens, keys.size());
   if (s.is_ok()) s = validate_replica_mask(opts.make_replica_task_mask, opts.atomic_group_lens, keys.size());
+  if (s.is_ok()) s = validate_parent_keys(opts.radix_parent_keys, keys);
   if (!s.is_ok()) return s;
   wire::PutStartReqT req;
   req.keys = keys;
@@ -38,6 +39,7 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   if (opts.make_replica_task_mask) req.make_replica_task_mask = *opts.make_replica_task_mask;
   if (opts.atomic_group_lens) req.atomic_group_lens = *opts.atomic_group_lens;
   req.lease_id = opts.lease_id.value_or(0);
+  if (opts.radix_parent_keys) req.radix_parent_keys = *opts.radix_parent_keys;
   req.max_wait_ms = max_wait_ms_;
   return make_envelope(std::move(req));
 }

@@ -38,6 +38,8 @@ class PutOptionalArgs:
     make_replica_task_mask: Optional[list] = None
     atomic_group_lens: Optional[list] = None
     lease_id: Optional[int] = None
+    # Per key, the page before it in its prefix ("" for a root): the owner evicts leaves first.
+    radix_parent_keys: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,9 @@ class KvClient:
                 raise InvalidArgument("make_replica_task_mask: expected a list of bool")
             if opts.lease_id is not None:
                 _check_int("lease_id", opts.lease_id)
+            p = opts.radix_parent_keys
+            if p is not None and (not isinstance(p, (list, tuple)) or not all(isinstance(x, str) for x in p)):
+                raise InvalidArgument("radix_parent_keys: expected a list of str")
         return self._c.local_fast_put_start(keys, value_len, opts)
 
     def local_fast_put_commit(self, plan_ptr: int) -> KvFuture:

@@ -78,6 +78,8 @@ PutOptionalArgs to_opts(const py::object& o) {
   if (!groups.is_none()) a.atomic_group_lens = groups.cast<std::vector<uint32_t>>();
   auto lease = o.attr("lease_id");
   if (!lease.is_none()) a.lease_id = lease.cast<uint64_t>();
+  auto parents = o.attr("radix_parent_keys");
+  if (!parents.is_none()) a.radix_parent_keys = parents.cast<std::vector<std::string>>();
   return a;
 }
 

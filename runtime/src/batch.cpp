@@ -51,6 +51,17 @@ Status validate_replica_mask(const std::optional<std::vector<bool>>& mask,
   return Status::ok();
 }
 
+Status validate_parent_keys(const std::optional<std::vector<std::string>>& parents,
+                            const std::vector<std::string>& keys) {
+  if (!parents) return Status::ok();
+  if (parents->size() != keys.size())
+    return invalid_argument("radix_parent_keys: length " + std::to_string(parents->size()) + " != number of keys " +
+                            std::to_string(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i)
+    if ((*parents)[i] == keys[i]) return invalid_argument("radix_parent_keys[" + std::to_string(i) + "]: the key itself");
+  return Status::ok();
+}
+
 PrefixResult compute_prefix(const std::vector<bool>& hits,
                             const std::optional<std::vector<uint32_t>>& group_lens,
                             bool prefix_best_effort) {

@@ -429,3 +429,43 @@ TEST_CASE("weighted cache: an LRU's shards lend capacity, so the shards hold wha
   CHECK(left == 6);
   CHECK(c.weighted_size() <= 100);
 }
+
+TEST_CASE("weighted cache: evict_some takes the coldest entry across the shards - small requests do not all fall on one shard") {
+  // An unbounded LRU (the owner's resident tier) of 4 shards: one entry at a time goes in the
+  // order the entries were last used, whichever shard holds them.
+  auto o = opts(1u << 20, nullptr, 4);
+  o.enforce_capacity = false;
+  WeightedCache<uint64_t, uint64_t> c(o);
+  for (uint64_t i = 0; i < 64; ++i) (void)c.insert(i, i, 10);
+  std::set<size_t> shards;
+  for (uint64_t i = 0; i < 64; ++i) shards.insert(c.shard_of(i));
+  REQUIRE(shards.size() == 4);
+  for (uint64_t i = 0; i < 32; ++i) {
+    std::vector<std::pair<uint64_t, uint64_t>> gone;
+    REQUIRE(c.evict_some_if(1, [](const uint64_t&, const uint64_t&) { return true; }, &gone) == 10);
+    REQUIRE(gone.size() == 1);
+    CHECK(gone[0].first == i);
+  }
+  for (uint64_t i = 32; i < 64; ++i) CHECK(c.contains(i));
+}
+
+TEST_CASE("weighted cache: evict_some_if in recency order takes the least recently used eligible entry, whatever its region") {
+  // A bounded W-TinyLFU with a fixed small window: entries read again sit in protected, new ones in
+  // the window; kPolicy takes probation first, kRecency the oldest eligible by last use.
+  auto o = opts(1000, nullptr, 1);
+  o.adaptive_window = false;
+  o.window_ratio = 0.1;
+  WeightedCache<uint64_t, uint64_t> c(o);
+  for (uint64_t i = 0; i < 50; ++i) (void)c.insert(i, i, 10);
+  for (uint64_t i = 0; i < 10; ++i) c.touch(i);  // read again: protected
+  for (uint64_t i = 200; i < 240; ++i) (void)c.insert(i, i, 10);  // newer: window, then probation
+  // Eligible: 0..9 (protected, used before 200..239) and 200..239. Probation-first would take a
+  // 2xx key; the least recently used eligible one is 0.
+  auto pred = [](const uint64_t& k, const uint64_t&) { return k < 10 || k >= 200; };
+  std::vector<std::pair<uint64_t, uint64_t>> gone;
+  REQUIRE(c.evict_some_if(1, pred, &gone) == 10);
+  CHECK(gone[0].first >= 200);  // kPolicy: probation first
+  gone.clear();
+  REQUIRE(c.evict_some_if(1, pred, &gone, WeightedCache<uint64_t, uint64_t>::Order::kRecency) == 10);
+  CHECK(gone[0].first == 0);
+}

@@ -365,11 +365,12 @@ struct Rig {
     return std::move(replies[tok]);
   }
   // A put batch committed; its routes live when nothing holds the PutDone.
-  void put(const std::vector<std::string>& keys, std::vector<uint32_t> groups) {
+  void put(const std::vector<std::string>& keys, std::vector<uint32_t> groups, std::vector<std::string> parents = {}) {
     wire::PutStartReqT p;
     p.keys = keys;
     p.value_len = kLen;
     p.atomic_group_lens = std::move(groups);
+    p.radix_parent_keys = std::move(parents);
     auto r = call(make_envelope(std::move(p)));
     REQUIRE_MESSAGE(r.body.AsPutStartReply(), envelope_status(r).to_string());
     REQUIRE(call(make_envelope(wire::PutCommitReqT{{}, r.body.AsPutStartReply()->put_id})).body.AsPutCommitReply());
@@ -706,4 +707,70 @@ TEST_CASE("reclaim demotion, owner side: a cohort backed on the target goes thro
   CHECK(r.m.reclaim_fence_count() == 0);
   CHECK(r.ctr().demote_started_keys_total ==
         r.ctr().demoted_keys_total + r.ctr().demote_kept_keys_total + r.ctr().demote_obsolete_keys_total);
+}
+
+TEST_CASE("prefix-aware eviction: with radix_parent_keys the least recently used leaf goes first - a chain is eaten from its tail, never orphaned at its root") {
+  // Four slots: a chain a0 <- b0 <- c0 put first (a0 the coldest), then x0 on its own, read last.
+  for (const bool chained : {true, false}) {
+    CAPTURE(chained);
+    Rig r;
+    r.put({"a0"}, {1});
+    r.put({"b0"}, {1}, chained ? std::vector<std::string>{"a0"} : std::vector<std::string>{});
+    r.put({"c0"}, {1}, chained ? std::vector<std::string>{"b0"} : std::vector<std::string>{});
+    r.put({"x0"}, {1});
+    r.release(r.read({"x0"}));
+    wire::PutStartReqT p;
+    p.keys = {"y0"};
+    p.value_len = Rig::kLen;
+    const uint64_t tok = r.send(make_envelope(std::move(p)));
+    REQUIRE_FALSE(r.replies.count(tok));  // waits for a slot
+    r.tick(50);
+    REQUIRE(r.replies.count(tok));
+    CHECK(r.ctr().reclaim_committed_keys_total == 1);
+    CHECK(r.visible("x0"));
+    if (chained) {  // the leaves are c0 and x0; c0 was used least recently
+      CHECK_FALSE(r.visible("c0"));
+      CHECK(r.visible("a0"));
+      CHECK(r.visible("b0"));
+    } else {  // no chains: the coldest entry
+      CHECK_FALSE(r.visible("a0"));
+      CHECK(r.visible("c0"));
+    }
+  }
+}
+
+TEST_CASE("prefix-aware eviction: a parent goes in the same round as the children selected before it - one round takes a cold chain whole, tail first") {
+  // x0 put first but read last; then a0 <- b0 <- c0. A round that needs three slots: c0, then b0
+  // and a0 as each becomes a leaf - not x0, the other leaf (newer than all of the chain).
+  Rig r;
+  r.put({"x0"}, {1});
+  r.put({"a0"}, {1});
+  r.put({"b0"}, {1}, {"a0"});
+  r.put({"c0"}, {1}, {"b0"});
+  r.release(r.read({"x0"}));
+  wire::PutStartReqT p;
+  p.keys = {"n0", "n1", "n2"};
+  p.value_len = Rig::kLen;
+  const uint64_t tok = r.send(make_envelope(std::move(p)));
+  REQUIRE_FALSE(r.replies.count(tok));
+  r.tick(50);
+  REQUIRE(r.replies.count(tok));
+  CHECK(r.ctr().reclaim_committed_keys_total == 3);
+  CHECK_FALSE(r.visible("a0"));
+  CHECK_FALSE(r.visible("b0"));
+  CHECK_FALSE(r.visible("c0"));
+  CHECK(r.visible("x0"));
+}
+
+TEST_CASE("prefix-aware eviction: radix_parent_keys of another length, or naming the key itself, is refused with the field named") {
+  Rig r;
+  wire::PutStartReqT p;
+  p.keys = {"k0", "k1"};
+  p.value_len = Rig::kLen;
+  p.radix_parent_keys = {""};
+  auto e = r.call(make_envelope(wire::PutStartReqT(p)));
+  CHECK(envelope_status(e).to_string().find("radix_parent_keys: length 1 != number of keys 2") != std::string::npos);
+  p.radix_parent_keys = {"", "k1"};
+  e = r.call(make_envelope(std::move(p)));
+  CHECK(envelope_status(e).to_string().find("radix_parent_keys[1]: the key itself") != std::string::npos);
 }

@@ -366,6 +366,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         keys = self._value_keys(g, page_hashes)
         vpp, per_value = g.values_per_page, len(g.sizes)
         mask = self._admit(g, page_hashes, extra_info)
+        parents = self._parents(g, keys, extra_info)
         ok = [False] * len(keys)
         remaining = list(range(len(keys)))
         t0 = time.perf_counter()
@@ -375,7 +376,8 @@ class FluxonHiCacheStorage(HiCacheStorage):
                     [keys[i] for i in remaining], g.value_len,
                     fluxon.PutOptionalArgs(atomic_group_lens=_regroup(remaining, vpp) if vpp > 1 else None,
                                            make_replica_task=mask is not None,
-                                           make_replica_task_mask=[mask[i] for i in remaining] if mask is not None else None))
+                                           make_replica_task_mask=[mask[i] for i in remaining] if mask is not None else None,
+                                           radix_parent_keys=[parents[i] for i in remaining]))
             except fluxon.KeyConflict as e:
                 stored = {remaining[i] for i, why in zip(e.indices, e.reasons) if why == "exists"}
                 writing = {remaining[i] for i, why in zip(e.indices, e.reasons) if why == "inflight"}
@@ -406,6 +408,15 @@ class FluxonHiCacheStorage(HiCacheStorage):
                 self._metrics.backup_pgs.append(written)
                 self._metrics.backup_bandwidth.append(written * vpp * g.value_len / max(dt, 1e-9) / 1e9)
         return result
+
+    def _parents(self, g: _Geometry, keys: List[str], extra_info) -> List[str]:
+        """Each value's parent in its prefix chain: the same value of the page before it (the last
+        of SGLang's prefix_keys for the first page; "" without them), so the owner evicts leaves
+        first (prefix-aware eviction)."""
+        vpp = g.values_per_page
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        first = self._value_keys(g, [prefix[-1]]) if prefix else [""] * vpp
+        return first[:vpp] + keys[:len(keys) - vpp]
 
     def _admit(self, g: _Geometry, page_hashes, extra_info) -> Optional[List[bool]]:
         if self.admission.policy == "none":

@@ -30,6 +30,7 @@ class NodeStorage:
     """The Fluxon storage fields of one radix node (SGLang side; not the master route state)."""
 
     keys: List[str]
+    parent_key: str = ""                # the parent radix node's last page key ("": the root)
     storage_staged: bool = False        # a hostless backup of the node is on its way
     storage_local_ready: bool = False   # written and committed; the future has not answered yet
     storage_pending: bool = False       # the KvFuture has not finished
@@ -77,8 +78,9 @@ class HostlessBackend:
         if self.admission.policy != "none":
             ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
             mask = admit(ids, self.admission, [len(keys)], scores)
+        # The node's pages continue one another and its parent's last page: the owner's prefix chain.
         opts = fluxon.PutOptionalArgs(atomic_group_lens=[len(keys)], make_replica_task=mask is not None,
-                                      make_replica_task_mask=mask)
+                                      make_replica_task_mask=mask, radix_parent_keys=[node.parent_key] + keys[:-1])
         node.storage_staged = True
         self.counters["backup_started"] += 1
         try:

@@ -25,14 +25,45 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
         }
     return true;
   };
+  // Prefix-aware (some entry names its parent page): the least recently used cohort that no held
+  // page continues goes first, one at a time, and its parents may follow in the same round; a
+  // chain is eaten from its tail. Then, or without chains, the tier's own order.
+  LocalIndex::Going going;
+  auto leaves = [&](uint64_t need, uint64_t size_class) {
+    uint64_t got = 0;
+    auto leaf = [&](const std::string& k, const LocalIndex::ResidentRef& r) {
+      return unheld(k, r, size_class) && index.cohort_is_leaf({r.put_id, r.group}, going);
+    };
+    while (got < need) {
+      const size_t at = chosen.size();
+      const uint64_t g = index.resident().evict_some_if(1, leaf, &chosen, LocalIndex::Tier::Order::kRecency);
+      if (g == 0) break;
+      got += g;
+      // The rest of its exact cohort goes with it (the same transaction); its parents lose those children.
+      for (const auto& id : index.exact_cohort({chosen[at].second.put_id, chosen[at].second.group}))
+        if (const auto* keys = index.cohort(id))
+          for (const auto& key : *keys) {
+            if (key != chosen[at].first) {
+              auto it = index.find(key);
+              if (it != index.end() && it->second.live &&
+                  index.resident().remove_if(key, [&](const LocalIndex::ResidentRef& x) { return x.put_id == id.first; }))
+                got += pool.slot_size(it->second.slot);
+            }
+            if (const auto* p = index.parent_of(key)) going[*p]++;
+          }
+    }
+    return got;
+  };
+  auto any = [&](uint64_t need, uint64_t size_class) {
+    return index.resident().evict_some_if(
+        need, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return unheld(k, r, size_class); }, &chosen);
+  };
   // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
-  const uint64_t got = index.resident().evict_some_if(
-      want, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return unheld(k, r, slot_size); },
-      &chosen);
-  if (got < want)
-    index.resident().evict_some_if(
-        want - got, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return unheld(k, r, 0); },
-        &chosen);
+  uint64_t got = 0;
+  for (const uint64_t size_class : {slot_size, uint64_t(0)}) {
+    if (got < want && index.chained()) got += leaves(want - got, size_class);
+    if (got < want) got += any(want - got, size_class);
+  }
   std::vector<LocalIndex::CohortId> cohorts;
   cohorts.reserve(chosen.size());
   for (const auto& [key, ref] : chosen) cohorts.emplace_back(ref.put_id, ref.group);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string_view>
 
 namespace fluxon {
 
@@ -22,9 +23,10 @@ LocalIndex::LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts)
     hot_ = std::make_unique<Tier>(tier_options(uint64_t(double(segment_len) * hot_ratio), true, segment_len));
 }
 
-void LocalIndex::insert(const std::string& key, Entry e) {
+void LocalIndex::insert(const std::string& key, Entry e, const std::string* parent) {
   cohorts_[{e.put_id, e.group}].push_back(key);
   entries_[key] = e;
+  if (parent && !parent->empty()) chains_.link(key, *parent);
 }
 
 void LocalIndex::erase(Map::iterator it) {
@@ -38,6 +40,7 @@ void LocalIndex::erase(Map::iterator it) {
     std::erase(c->second, key);
     if (c->second.empty()) cohorts_.erase(c);
   }
+  chains_.unlink(key);
   entries_.erase(it);
 }
 
@@ -65,6 +68,24 @@ std::vector<LocalIndex::CohortId> LocalIndex::exact_cohort(CohortId id) const {
         if (std::find(remaining.begin(), remaining.end(), other) == remaining.end()) remaining.push_back(other);
       }
   return remaining;
+}
+
+bool LocalIndex::cohort_is_leaf(CohortId id, const Going& going) const {
+  // Each member's held children, less those inside the exact cohort itself.
+  std::vector<const std::string*> members;
+  for (const auto& c : exact_cohort(id))
+    if (const auto* keys = cohort(c))
+      for (const auto& k : *keys) members.push_back(&k);
+  std::unordered_map<std::string_view, uint32_t> inside;  // page -> members continuing it
+  for (const auto* m : members)
+    if (const auto* p = chains_.parent(*m)) inside[*p]++;
+  for (const auto* k : members) {
+    auto in = inside.find(*k);
+    auto g = going.find(*k);
+    const uint32_t elsewhere = (in == inside.end() ? 0 : in->second) + (g == going.end() ? 0 : g->second);
+    if (chains_.children(*k) > elsewhere) return false;
+  }
+  return true;
 }
 
 std::vector<std::string> tp_siblings(const std::string& key) {

@@ -49,6 +49,9 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
                           std::to_string(s_.cfg.grant_bytes) + " bytes");
   if (st.is_ok()) st = validate_group_lens(groups, n);
   if (st.is_ok()) st = validate_replica_mask(mask, groups, n);
+  std::optional<std::vector<std::string>> parents;
+  if (!req.radix_parent_keys.empty()) parents = req.radix_parent_keys;
+  if (st.is_ok()) st = validate_parent_keys(parents, req.keys);
   if (!st.is_ok()) {
     s_.reply_error(session, token, st, out);
     return true;
@@ -90,6 +93,7 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   plan.slots = std::move(**claimed);
   plan.value_len = req.value_len;
   plan.group_lens = req.atomic_group_lens;
+  plan.parents = std::move(req.radix_parent_keys);
   plan.replica.resize(n);
   for (uint32_t i = 0; i < n; ++i)
     plan.replica[i] = !req.write_through && req.make_replica_task && (!mask || (*mask)[i]);
@@ -184,7 +188,8 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
       s_.local.erase(old);
       if (auto r = supersede(k, prev)) done.removals.push_back({std::move(*r)});
     }
-    s_.local.insert(k, Entry{put_id, plan.slots[i], plan.value_len, false, group, s_.version_of(put_id)});
+    s_.local.insert(k, Entry{put_id, plan.slots[i], plan.value_len, false, group, s_.version_of(put_id)},
+                    plan.parents.empty() ? nullptr : &plan.parents[i]);
     job.groups.push_back(group);
     job.offsets.push_back(s_.pool.slot_offset(plan.slots[i]));
     job.lens.push_back(plan.value_len);

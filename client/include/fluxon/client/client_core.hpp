@@ -32,6 +32,8 @@ struct PutOptionalArgs {
   std::optional<std::vector<bool>> make_replica_task_mask;
   std::optional<std::vector<uint32_t>> atomic_group_lens;
   std::optional<uint64_t> lease_id;
+  // Per key, the page before it in its prefix ("" for a root): the owner evicts leaves first.
+  std::optional<std::vector<std::string>> radix_parent_keys;
 };
 
 // exists_prefix: the existing prefix (group-aligned); local_len of it on the attached owner; false

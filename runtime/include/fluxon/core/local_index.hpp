@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fluxon/core/master_core.hpp"
+#include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
 
@@ -49,8 +50,9 @@ class LocalIndex {
   const Map& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
 
-  // A new local entry (pending local visible, or a fetched replica), joined to its cohort.
-  void insert(const std::string& key, Entry e);
+  // A new local entry (pending local visible, or a fetched replica), joined to its cohort and, when
+  // `parent` names the page before it in its prefix (non-empty), to that chain.
+  void insert(const std::string& key, Entry e, const std::string* parent = nullptr);
   // The entry leaves the index, its cohort and both tiers.
   void erase(Map::iterator it);
   // Erases key's entry if it is still the copy of `put_id`; true when it did.
@@ -76,6 +78,13 @@ class LocalIndex {
   // The exact cohort of `id`: itself and, with tp_cohorts, the same group of the other TP ranks
   // (keys with SGLang's "_<rank>_<size>" suffix): a half-evicted TP cohort restores on no rank.
   std::vector<CohortId> exact_cohort(CohortId id) const;
+  // Prefix chains (radix_parent_keys): some entry named a parent; and whether no entry outside
+  // the exact cohort of `id` continues one of its pages (a leaf: taking it orphans nothing).
+  // `going`: pages -> their children already selected (they do not count).
+  using Going = std::unordered_map<std::string, uint32_t>;
+  bool chained() const { return chains_.linked() > 0; }
+  bool cohort_is_leaf(CohortId id, const Going& going) const;
+  const std::string* parent_of(const std::string& key) const { return chains_.parent(key); }
 
  private:
   Map entries_;
@@ -84,6 +93,7 @@ class LocalIndex {
   Tier resident_;
   std::unique_ptr<Tier> hot_;
   std::map<CohortId, std::vector<std::string>> cohorts_;
+  PrefixChains<std::string> chains_;
   bool tp_cohorts_;
 };
 

@@ -81,6 +81,7 @@ class PutPath {
     uint64_t value_len = 0;
     std::vector<uint32_t> group_lens;
     std::vector<bool> replica;  // per key: !write_through && make_replica_task && mask[i]
+    std::vector<std::string> parents;  // per key ("": a root), or empty: radix_parent_keys
   };
   struct Waiter {
     uint64_t token, session;

@@ -20,6 +20,9 @@ Status validate_group_lens(const std::optional<std::vector<uint32_t>>& group_len
 // Mask: length == n and constant inside every group.
 Status validate_replica_mask(const std::optional<std::vector<bool>>& mask,
                              const std::optional<std::vector<uint32_t>>& group_lens, size_t n);
+// radix_parent_keys: one per key ("" for a root) when given; a key is never its own parent.
+Status validate_parent_keys(const std::optional<std::vector<std::string>>& parents,
+                            const std::vector<std::string>& keys);
 
 struct PrefixResult {
   uint32_t raw_prefix_hit_len = 0;   // contiguous hits, not aligned to groups
