@@ -402,3 +402,39 @@ def test_the_stand_in_restates_sglangs_signatures():
     assert (r.kv_hit_pages, r.extra_pool_hit_pages) == (3, {"mamba": 2})
     with pytest.raises(TypeError):  # abstract: the legacy calls must be implemented
         HiCacheStorage()
+
+
+def test_backups_carry_their_prefix_chain_so_capacity_eviction_keeps_a_cold_chains_prefix(tmp_path):
+    """batch_set_v1 with SGLang's prefix_keys names each page's parent (radix_parent_keys): when a newer
+    chain overflows the owner, the older chain loses pages from its tail, and a restore of it still
+    hits its leading pages (an LRU would take its root first: a prefix read of it would hit nothing)."""
+    from fluxon.sglang import HiCacheStorageExtraInfo
+    cl = Cluster(tmp_path, f"chain{free_port()}", dram="16MiB").start()
+    try:
+        t = tag()
+        pool = mha(pages=64)
+        b = backend(cl, pool, t=t)
+        slots = (16 << 20) // b._geom("kv").value_len  # K and V of a page: one 12 KiB value, slot
+
+        def write_chain(name, pages):
+            keys = [f"{t}-{name}{i}" for i in range(pages)]
+            for s in range(0, pages, 64):
+                info = HiCacheStorageExtraInfo(prefix_keys=keys[:s]) if s else None
+                assert b.batch_set_v1(keys[s:s + 64], page_indices(pool, list(range(len(keys[s:s + 64])))),
+                                      info) == [True] * len(keys[s:s + 64])
+            return keys
+        old = write_chain("a", slots // 2)
+        new = write_chain("b", slots // 2 + 256)  # 256 pages more than there is room for
+        assert b.flush(30)
+        end = time.time() + 20
+        while time.time() < end and (b.client.stats()["reclaims"] or b.client.stats()["pending_eviction_reclaim_bytes"]):
+            time.sleep(0.05)
+        st = b.client.stats()
+        assert st["reclaim_committed_keys_total"] >= 256
+        hit_old = b.batch_exists(old)
+        assert hit_old > 0 and hit_old < len(old)  # its tail went, its prefix stays
+        assert hit_old >= len(old) - st["reclaim_committed_keys_total"]  # nothing but the tail
+        assert b.batch_exists(new) == len(new)
+        b.close()
+    finally:
+        cl.stop()
