@@ -241,12 +241,13 @@ struct TinyLfuCache {
 };
 
 // The owner's resident tier: an unbounded W-TinyLFU order that capacity pressure evicts from with
-// evict_some_if (as Eviction::select does); prefix-aware, the least recently used leaf first
-// (PrefixChains), then anything.
+// evict_some_if (as Eviction::select does); prefix-aware, leaves first (PrefixChains) in the tier's
+// order (as the owner does) or in recency order, then anything.
 struct OwnerTier {
   WeightedCache<uint64_t, uint32_t> c;
   uint64_t cap;
   bool prefix_aware;
+  WeightedCache<uint64_t, uint32_t>::Order order;
   PrefixChains<uint64_t> chains;
   uint64_t held = 0;
   bool touch(uint64_t k) { return c.touch(k); }
@@ -259,7 +260,7 @@ struct OwnerTier {
     uint64_t got = 0;
     if (prefix_aware)
       got = c.evict_some_if(held - cap, [&](const uint64_t& key, const uint32_t&) { return chains.is_leaf(key); }, &gone,
-                            WeightedCache<uint64_t, uint32_t>::Order::kRecency);
+                            order);
     if (got < held - cap) got += c.evict_some_if(held - cap - got, [](const uint64_t&, const uint32_t&) { return true; }, &gone);
     held -= got;
     for (const auto& [key, v] : gone) chains.unlink(key);
@@ -352,8 +353,8 @@ int main(int argc, char** argv) {
     // LRU, the bounded W-TinyLFU, the owner's resident tier (unbounded W-TinyLFU, evict_some_if),
     // and that tier with prefix-aware eviction (leaves first). Seeds 45-49: the median, min, max.
     std::printf("\nLLM multi-turn prefix, prefix byte-hit ratio %% (hits up to a request's first miss), seeds 45-49 median [min, max]:\n");
-    std::printf("%-6s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
-                "owner, prefix-aware", "prefix-aware - LRU, points");
+    std::printf("%-6s %-22s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
+                "owner, prefix-aware", "..., leaves by recency", "prefix-aware - LRU, points");
     std::vector<std::vector<Request>> traces;
     std::vector<uint64_t> distincts;
     for (uint64_t seed : {45, 46, 47, 48, 49}) {
@@ -362,17 +363,20 @@ int main(int argc, char** argv) {
       distincts.push_back(distinct);
     }
     for (double frac : {0.01, 0.02, 0.05, 0.10, 0.20}) {
-      std::vector<double> col[4], delta;
+      std::vector<double> col[5], delta;
       for (size_t i = 0; i < traces.size(); ++i) {
         const uint64_t cap = uint64_t(double(distincts[i]) * frac) * kLlmPage;
         LruCache lru{Lru(cap)};
         TinyLfuCache tl{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], true))};
-        OwnerTier owner{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, false, {}, 0};
-        OwnerTier prefix{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, true, {}, 0};
+        using O = WeightedCache<uint64_t, uint32_t>::Order;
+        OwnerTier owner{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, false, O::kPolicy, {}, 0};
+        OwnerTier prefix{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, true, O::kPolicy, {}, 0};
+        OwnerTier recency{WeightedCache<uint64_t, uint32_t>(tier_options(cap, distincts[i], false)), cap, true, O::kRecency, {}, 0};
         col[0].push_back(prefix_byte_hits(traces[i], lru));
         col[1].push_back(prefix_byte_hits(traces[i], tl));
         col[2].push_back(prefix_byte_hits(traces[i], owner));
         col[3].push_back(prefix_byte_hits(traces[i], prefix));
+        col[4].push_back(prefix_byte_hits(traces[i], recency));
         delta.push_back(col[3].back() - col[0].back());
       }
       auto med = [](std::vector<double> v) {
@@ -381,8 +385,8 @@ int main(int argc, char** argv) {
         std::snprintf(b, sizeof b, "%6.2f [%6.2f, %6.2f]", v[v.size() / 2], v.front(), v.back());
         return std::string(b);
       };
-      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %s\n", frac * 100, med(col[0]).c_str(), med(col[1]).c_str(),
-                  med(col[2]).c_str(), med(col[3]).c_str(), med(delta).c_str());
+      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %-22s %s\n", frac * 100, med(col[0]).c_str(), med(col[1]).c_str(),
+                  med(col[2]).c_str(), med(col[3]).c_str(), med(col[4]).c_str(), med(delta).c_str());
     }
   }
   if (g_only.empty() || std::string("LLM multi-turn prefix").find(g_only) != std::string::npos) {

@@ -206,9 +206,12 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     def key(h):
         return f"{a.key_prefix}:{h}{suffix}"
 
+    page_parent = {}  # page hash -> the page before it in its request ("" for the first)
+
     def backup(hashes):
-        """One radix node: its pages as one atomic group."""
-        node = NodeStorage([key(h) for h in hashes])
+        """One radix node: its pages as one atomic group, continuing the page before its first."""
+        parent = page_parent.get(hashes[0], "") if a.prefix_chains == "on" else ""
+        node = NodeStorage([key(h) for h in hashes], parent_key=key(parent) if parent else "")
         slots_ = [pool.index[h][0] for h in hashes]
         # A page's "KV score" for the score policies: a stable function of the page (TP-invariant).
         scores = [int(h[:8], 16) / 0xFFFFFFFF for h in hashes]
@@ -261,7 +264,9 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             full = len(tokens) // a.page_tokens
             hashes, prev = [], ""
             for p in range(full):
+                parent = prev
                 prev = page_hash(prev, tokens[p * a.page_tokens:(p + 1) * a.page_tokens])
+                page_parent[prev] = parent
                 hashes.append(prev)
             l1 = min(allgather(pool.lookup_prefix(hashes)))
             rest = hashes[l1:]
@@ -397,6 +402,8 @@ def main(argv=None):
     ap.add_argument("--user-tokens", type=int, default=384)
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--write-policy", choices=["write_back", "write_through"], default="write_back")
+    ap.add_argument("--prefix-chains", choices=["on", "off"], default="on",
+                    help="backups name each node's parent page (radix_parent_keys): prefix-aware eviction")
     ap.add_argument("--prefetch-policy", choices=["best_effort", "wait_complete", "timeout"], default="best_effort")
     ap.add_argument("--prefetch-timeout", type=float, default=0.05)
     ap.add_argument("--config", help="a Fluxon client config (external owner); default: a private cluster")
