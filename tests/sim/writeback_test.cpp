@@ -465,3 +465,19 @@ TEST_CASE("master: a demotion keeps the target copy it relies on - no reclaim or
   CHECK(reclaim(1, 11, St::Fence, true, "b", 8, 8, 0, 4096) == D::RetryableBusy);
   CHECK(m.replica_nodes("b") == std::vector<uint32_t>{1, 2});
 }
+
+TEST_CASE("master: a demotion needs one target owner holding the whole cohort - members backed on different remote_cache owners stay (E16ap)") {
+  MasterCore m;
+  w_register(m, 1, "sglang_owner");
+  w_register(m, 2, "remote_cache");
+  w_register(m, 3, "remote_cache");
+  w_put(m, 1, 7, "a");
+  w_put(m, 1, 7, "b");  // one cohort: put 7, group 0
+  w_copy(m, 2, "a", 1);
+  w_copy(m, 3, "b", 2);  // a on node 2, b on node 3: each key has a copy, no owner has both
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 1) == wire::ReclaimResult::Kept);
+  CHECK(m.replica_nodes("a") == std::vector<uint32_t>{1, 2});
+  w_copy(m, 3, "a", 3);  // node 3 holds both now
+  CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 2) == wire::ReclaimResult::Fenced);
+  CHECK(m.counters().demoted_keys_total == 2);
+}

@@ -14,6 +14,8 @@
 // Single-copy demotion is the same transaction with `demote`: the Fence also requires a copy of
 // each member's version on a target-role owner (else Kept, nothing fenced), and while it stands no
 // reclaim or removal of those target copies proceeds (Busy), so the Commit leaves the route.
+#include <algorithm>
+
 #include "fluxon/core/local_index.hpp"
 #include "fluxon/core/master_core.hpp"
 
@@ -65,6 +67,23 @@ MasterCore::MemberState MasterCore::member_state(const wire::ReclaimMemberT& m, 
     return exact ? MemberState::kPresent : MemberState::kChanged;
   }
   return MemberState::kAbsent;
+}
+
+std::vector<uint32_t> MasterCore::common_targets(const std::vector<std::unique_ptr<wire::ReclaimMemberT>>& members,
+                                                 uint32_t node) const {
+  std::vector<uint32_t> common;
+  bool first = true;
+  for (const auto& m : members) {
+    std::vector<uint32_t> here;
+    if (auto r = routes_.find(m->key); r != routes_.end())
+      for (const auto& rep : r->second.replicas)
+        if (rep.node_id != node && is_replica_target(rep.node_id)) here.push_back(rep.node_id);
+    if (first) common = std::move(here);
+    else std::erase_if(common, [&](uint32_t t) { return std::find(here.begin(), here.end(), t) == here.end(); });
+    first = false;
+    if (common.empty()) break;
+  }
+  return common;
 }
 
 bool MasterCore::demotion_relies_on(const std::string& key, uint32_t node) const {
@@ -119,14 +138,13 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
   }
   // A partial cohort is never taken for a new transaction.
   if (absent > 0) return busy(wire::ReclaimBusy::Partial, counters_.reclaim_busy_partial_total);
-  // Demotion: never the last copy - each member's version has a copy on a target-role owner.
-  if (req.demote)
-    for (const auto& m : req.members)
-      if (!backed_elsewhere(routes_.find(m->key)->second, node)) {
-        counters_.demote_kept_total++;
-        note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Kept);
-        return answer(req.epoch, wire::ReclaimResult::Kept);
-      }
+  // Demotion: never the last copy - one target-role owner holds a copy of every member's version
+  // (every TP rank's group recoverable from the same owner, E16ap), else the cohort stays.
+  if (req.demote && common_targets(req.members, node).empty()) {
+    counters_.demote_kept_total++;
+    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Kept);
+    return answer(req.epoch, wire::ReclaimResult::Kept);
+  }
   // Closure: the members are every replica of their cohorts on this node and, with tp_closure, the
   // other TP ranks' copies of their keys there.
   std::map<CohortKey, uint32_t> asked;

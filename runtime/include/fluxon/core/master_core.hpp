@@ -135,6 +135,10 @@ class MasterCore {
   void end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult how);
   enum class MemberState { kPresent, kAbsent, kChanged };
   MemberState member_state(const wire::ReclaimMemberT& m, uint32_t node, uint64_t generation);
+  // The target-role owners other than `node` that hold a copy of every member's key (the route's
+  // version): where a demoted cohort stays recoverable whole.
+  std::vector<uint32_t> common_targets(const std::vector<std::unique_ptr<wire::ReclaimMemberT>>& members,
+                                       uint32_t node) const;
   // A demotion on another node than `node` fences key (its target copy, maybe node's, must stay).
   bool demotion_relies_on(const std::string& key, uint32_t node) const;
   void add_replica(Route& r, Replica rep);  // counted, and in its cohort's size
