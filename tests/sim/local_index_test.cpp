@@ -84,7 +84,8 @@ TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at mos
     ix.insert("k" + std::to_string(i), e);
     ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
   }
-  auto none = [](LocalIndex::CohortId) { return false; };
+  auto never = [](LocalIndex::CohortId) { return false; };
+  const Eviction::Marks none{never, never};
   auto v = ev.select(ix, pool, 4096, 3 * 4096, 0, none);
   CHECK(v.size() == 2);  // the cap: 8 KiB a round
   const uint64_t debt = 8192;
@@ -95,7 +96,7 @@ TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at mos
   for (int i = 0; i < 5; ++i)
     if (ix.resident().contains("k" + std::to_string(i))) left.emplace_back(uint64_t(i + 1), 0);
   REQUIRE(left.size() == 2);
-  auto owns_first = [&](LocalIndex::CohortId c) { return c == left[0]; };
+  const Eviction::Marks owns_first{[&](LocalIndex::CohortId c) { return c == left[0]; }, never};
   CHECK(ev.select(ix, pool, 4096, 1 << 20, 0, owns_first) == std::vector<LocalIndex::CohortId>{left[1]});
   // The last candidate, held by a reader, is never taken.
   const uint32_t last = uint32_t(left[0].first - 1);
@@ -106,6 +107,33 @@ TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at mos
   CHECK(ev.select(ix, pool, 4096, 1 << 20, 0, none) == std::vector<LocalIndex::CohortId>{left[0]});
   Eviction off({false, 8192, 0});
   CHECK(off.select(ix, pool, 4096, 1 << 20, 0, none).empty());
+}
+
+TEST_CASE("eviction: recoverable first - remote-complete cohorts go before colder ones, a cohort a write-back copies goes last") {
+  ReservePool pool(1 << 20, 1 << 20, {});
+  LocalIndex ix(1 << 20, 0, false);
+  Eviction ev({true, 1 << 20, 0});
+  for (int i = 0; i < 4; ++i) {  // k0 the coldest ... k3 the newest
+    auto c = pool.try_claim(4096, 1);
+    REQUIRE((c.ok() && c.value()));
+    SlotRef s = (*c.value())[0];
+    pool.commit_local(s);
+    pool.route_live(s);
+    LocalIndex::Entry e;
+    e.put_id = uint64_t(i + 1);
+    e.slot = s;
+    e.len = 4096;
+    e.live = true;
+    ix.insert("k" + std::to_string(i), e);
+    ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
+  }
+  ix.mark_remote_complete({3, 0});  // k2: a target owner holds it
+  auto never = [](LocalIndex::CohortId) { return false; };
+  const Eviction::Marks marks{never, [](LocalIndex::CohortId c) { return c.first == 1; }};  // k0 is being copied
+  using V = std::vector<LocalIndex::CohortId>;
+  CHECK(ev.select(ix, pool, 4096, 4096, 0, marks) == V{{3, 0}});      // the recoverable one, though newer
+  CHECK(ev.select(ix, pool, 4096, 4096, 0, marks) == V{{2, 0}});      // then the coldest unpinned
+  CHECK(ev.select(ix, pool, 4096, 2 * 4096, 0, marks) == V{{4, 0}, {1, 0}});  // the pinned one last
 }
 
 #include "fluxon/core/retry_table.hpp"

@@ -481,3 +481,35 @@ TEST_CASE("master: a demotion needs one target owner holding the whole cohort - 
   CHECK(w_demote(m, 1, {{"a", 7}, {"b", 7}}, 2) == wire::ReclaimResult::Fenced);
   CHECK(m.counters().demoted_keys_total == 2);
 }
+
+TEST_CASE("recoverable-first eviction: with inclusive write-back, the written-back cohorts are remote-complete and capacity pressure takes them without losing a copy") {
+  OwnerConfig cfg = hot_owner(false);  // inclusive: both copies stay, the cohorts are remote-complete
+  sim::Cluster c(seed_from_env(341), cfg, 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  const auto groups = fill(c, s);
+  REQUIRE(c.run_until(
+      [&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().writeback_backed_keys_total > 0; },
+      60000));
+  const uint64_t backed = c.owner(0).counters().writeback_backed_keys_total * 4096;
+  REQUIRE(backed > 0);
+  // Fill the rest of the 8 MiB segment and more: capacity eviction starts.
+  for (int p = 0; p < 200; ++p) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 10; ++i) keys.push_back("more-" + std::to_string(p) + "-" + std::to_string(i));
+    auto r = put_start(c, 0, s, keys, 4096, {5, 5});
+    auto* ps = r.body.AsPutStartReply();
+    REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
+    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+  }
+  REQUIRE(c.run_until([&] { return c.owner(0).reclaims_in_flight() == 0; }, 60000));
+  const auto& oc = c.owner(0).counters();
+  MESSAGE("evicted " << oc.evicted_bytes_total << " B, recoverable " << oc.eviction_recoverable_bytes_total
+                     << " B, shortfall " << oc.eviction_shortfall_bytes_total << " B; backed before " << backed << " B");
+  REQUIRE(oc.evicted_bytes_total > 0);
+  CHECK(oc.eviction_recoverable_bytes_total >= std::min(oc.evicted_bytes_total, backed));
+  // What went first was recoverable: every key of the first fill still has a copy somewhere.
+  if (oc.evicted_bytes_total <= backed)
+    for (const auto& g : groups)
+      for (const auto& k : g) CHECK_MESSAGE(!c.master().replica_nodes(k).empty(), k, " lost its last copy");
+}

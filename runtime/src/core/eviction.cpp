@@ -5,15 +5,22 @@
 namespace fluxon {
 
 std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
-                                                   uint64_t bytes, uint64_t debt,
-                                                   const std::function<bool(LocalIndex::CohortId)>& taken) {
+                                                   uint64_t bytes, uint64_t debt, const Marks& marks) {
   if (!cfg_.enabled || debt >= bytes) return {};  // S4: bytes in flight are a debt already
   const uint64_t want = std::min(bytes - debt, cfg_.max_bytes_per_round);
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> chosen;
+  // The pass: 0 remote-complete only, 1 leaves only, 2 anything not pinned, 3 anything.
+  int pass = 0;
   auto unheld = [&](const std::string& k, const LocalIndex::ResidentRef& r, uint64_t size_class) {
     auto it = index.find(k);
     if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
-    if (taken({r.put_id, r.group})) return false;
+    const LocalIndex::CohortId id{r.put_id, r.group};
+    if (marks.taken(id)) return false;
+    if (pass < 3 && marks.pinned(id)) return false;
+    if (pass == 0) {
+      for (const auto& c : index.exact_cohort(id))
+        if (!index.remote_complete(c)) return false;
+    }
     if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
     // Never a page a reader holds now, nor one whose exact cohort has one: the cohort goes whole
     // or not at all, and a held member would keep it Busy until restored.
@@ -63,10 +70,11 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   };
   // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
   uint64_t got = 0;
-  for (const uint64_t size_class : {slot_size, uint64_t(0)}) {
-    if (got < want && index.chained()) got += leaves(want - got, size_class);
-    if (got < want) got += any(want - got, size_class);
-  }
+  for (const uint64_t size_class : {slot_size, uint64_t(0)})
+    for (pass = 0; pass < 4 && got < want; ++pass) {
+      if (pass == 1 && !index.chained()) continue;
+      got += pass == 1 ? leaves(want - got, size_class) : any(want - got, size_class);
+    }
   std::vector<LocalIndex::CohortId> cohorts;
   cohorts.reserve(chosen.size());
   for (const auto& [key, ref] : chosen) cohorts.emplace_back(ref.put_id, ref.group);

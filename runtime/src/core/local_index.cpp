@@ -38,7 +38,10 @@ void LocalIndex::erase(Map::iterator it) {
   auto c = cohorts_.find({e.put_id, e.group});
   if (c != cohorts_.end()) {
     std::erase(c->second, key);
-    if (c->second.empty()) cohorts_.erase(c);
+    if (c->second.empty()) {
+      remote_complete_.erase(c->first);
+      cohorts_.erase(c);
+    }
   }
   chains_.unlink(key);
   entries_.erase(it);

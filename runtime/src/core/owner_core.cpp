@@ -351,9 +351,10 @@ void OwnerCore::pressure(Millis now, Outbox& out) {
   }
   next_pressure_ = now + s_.cfg.eviction_interval_ms;
   bool selected = false;
-  auto taken = [this](LocalIndex::CohortId c) { return reclaim_.owns_cohort(c); };
+  const Eviction::Marks marks{[this](LocalIndex::CohortId c) { return reclaim_.owns_cohort(c); },
+                              [this](LocalIndex::CohortId c) { return writeback_.writing_back(c); }};
   for (const auto& [size, bytes] : wanted) {
-    const auto victims = eviction_.select(s_.local, s_.pool, size, bytes, reclaim_.debt_bytes(), taken);
+    const auto victims = eviction_.select(s_.local, s_.pool, size, bytes, reclaim_.debt_bytes(), marks);
     for (const auto& cohort : victims) evict_cohort(cohort, now, out);
     selected = selected || !victims.empty();
   }
@@ -362,17 +363,23 @@ void OwnerCore::pressure(Millis now, Outbox& out) {
 
 void OwnerCore::evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out) {
   // A1: the exact cohort (with the other TP ranks' same group), never part of it: one transaction.
-  std::vector<LocalIndex::CohortId> ids;
+  std::vector<Reclaim::Member> members;
   for (const auto& id : s_.local.exact_cohort(cohort)) {
     if (reclaim_.owns_cohort(id)) continue;  // a transaction has it already
+    // E16ba: what this eviction loses - nothing for a remote-complete cohort; a write-back still
+    // copying it (nothing else could go) is a shortfall of the lead window.
+    const bool recoverable = s_.local.remote_complete(id);
+    const bool copying = !recoverable && writeback_.writing_back(id);
     // A write-back of this cohort has nothing left to copy or demote: capacity eviction came first (S3).
     writeback_.cohort_evicted(id);
-    ids.push_back(id);
-  }
-  auto members = take_cohorts(ids);
-  for (const auto& m : members) {
-    s_.counters.evicted_keys_total++;
-    s_.counters.evicted_bytes_total += s_.pool.slot_size(m.e.slot);
+    for (const auto& m : take_cohorts({id})) {
+      const uint64_t bytes = s_.pool.slot_size(m.e.slot);
+      s_.counters.evicted_keys_total++;
+      s_.counters.evicted_bytes_total += bytes;
+      if (recoverable) s_.counters.eviction_recoverable_bytes_total += bytes;
+      if (copying) s_.counters.eviction_shortfall_bytes_total += bytes;
+      members.push_back(m);
+    }
   }
   reclaim_.begin(std::move(members), now, out);
 }

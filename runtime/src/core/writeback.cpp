@@ -126,7 +126,11 @@ bool WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status) {
   }
   if (backed < job.keys.size()) return false;  // tasks on their way: asked again at next_send
   s_.counters.writeback_backed_keys_total += job.keys.size();
-  end(id);  // inclusive write-back: both copies stay; with demotion, a reclaim takes it from here
+  // Inclusive write-back: both copies stay, and capacity eviction takes these first (nothing is
+  // lost). With demotion, a reclaim takes it from here.
+  if (!s_.cfg.writeback_demote)
+    for (const auto& c : job.cohorts) s_.local.mark_remote_complete(c);
+  end(id);
   return true;
 }
 

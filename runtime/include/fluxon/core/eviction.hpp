@@ -23,13 +23,19 @@ class Eviction {
   };
   explicit Eviction(Config cfg) : cfg_(cfg) {}
 
+  // What the owner says of a cohort: a transaction owns it (never selected), or a write-back is
+  // copying it (pinned: selected only when nothing else can go).
+  struct Marks {
+    std::function<bool(LocalIndex::CohortId)> taken;
+    std::function<bool(LocalIndex::CohortId)> pinned;
+  };
   // Cold, live, unheld entries worth `bytes` less `debt` (slots of `slot_size` first, then any
-  // class), at most max_bytes_per_round, none of a cohort `taken` says a transaction owns; the
-  // cohorts they belong to, in selection order. The selected entries leave the resident tier.
-  // Empty when nothing is needed or nothing can go.
+  // class), at most max_bytes_per_round, never of a taken cohort; the cohorts they belong to, in
+  // selection order. Recoverable first: remote-complete cohorts (their copy on a target owner
+  // serves the next hit); then, with prefix chains, leaves; then the tier's order; pinned last.
+  // The selected entries leave the resident tier. Empty when nothing is needed or nothing can go.
   std::vector<LocalIndex::CohortId> select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
-                                           uint64_t bytes, uint64_t debt,
-                                           const std::function<bool(LocalIndex::CohortId)>& taken);
+                                           uint64_t bytes, uint64_t debt, const Marks& marks);
   // The free-slot watermark's deficits, (slot class, bytes) to evict ahead of claims: per class, the
   // watermark's share of its slots plus what claims took since the last call (the rate the next
   // round, an eviction interval away, must stay ahead of), less the free slots.

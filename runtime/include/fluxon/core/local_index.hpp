@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -80,6 +81,12 @@ class LocalIndex {
   std::vector<CohortId> exact_cohort(CohortId id) const;
   // Prefix chains (radix_parent_keys): some entry named a parent; and whether no entry outside
   // the exact cohort of `id` continues one of its pages (a leaf: taking it orphans nothing).
+  // Remote-complete cohorts: a write-back found every key of the exact cohort set on one
+  // target-role owner (inclusive write-back: both copies stay). Evicting one loses no hit.
+  void mark_remote_complete(CohortId id) {
+    if (cohorts_.count(id)) remote_complete_.insert(id);
+  }
+  bool remote_complete(CohortId id) const { return remote_complete_.count(id) != 0; }
   // `going`: pages -> their children already selected (they do not count).
   using Going = std::unordered_map<std::string, uint32_t>;
   bool chained() const { return chains_.linked() > 0; }
@@ -94,6 +101,7 @@ class LocalIndex {
   std::unique_ptr<Tier> hot_;
   std::map<CohortId, std::vector<std::string>> cohorts_;
   PrefixChains<std::string> chains_;
+  std::set<CohortId> remote_complete_;
   bool tp_cohorts_;
 };
 

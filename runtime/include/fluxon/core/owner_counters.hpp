@@ -31,6 +31,8 @@
 #define FLUXON_OWNER_EVICTION_COUNTERS(X) \
   X(evicted_keys_total, "fluxon_owner_evicted_keys_total", "", "Keys evicted for capacity (whole cohorts)") \
   X(evicted_bytes_total, "fluxon_owner_evicted_bytes_total", "", "Slot bytes evicted for capacity") \
+  X(eviction_recoverable_bytes_total, "fluxon_owner_eviction_recoverable_bytes_total", "", "Evicted bytes of remote-complete cohorts (a target owner's copy serves them)") \
+  X(eviction_shortfall_bytes_total, "fluxon_owner_eviction_shortfall_bytes_total", "", "Evicted bytes whose write-back was still copying them (the lead window fell short, E16ba)") \
   X(eviction_rounds_total, "fluxon_owner_eviction_rounds_total", "", "Eviction rounds that selected victims") \
   X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free")
 

@@ -38,6 +38,8 @@ class WriteBack {
   std::vector<std::vector<CohortId>> on_batch_reply(uint64_t token, Envelope& reply);
   void retry(Millis now, Outbox& out);
   bool owns_batch(uint64_t token) const { return batches_.count(token) != 0; }
+  // A write-back copies this cohort now (capacity eviction takes it last: the copy would be lost).
+  bool writing_back(CohortId cohort) const { return job_of_.count(cohort) != 0; }
   size_t pending() const { return jobs_.size(); }
 
  private:
