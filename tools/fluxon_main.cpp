@@ -17,6 +17,7 @@ static int usage() {
                "  fluxon master --config FILE\n"
                "  fluxon owner  --config FILE [--node-id N]\n"
                "  fluxon cluster up|down|status FILE\n"
+               "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
                "  fluxon bench  FILE [--iters N]          (starts the cluster of FILE if needed)\n"
                "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n");
@@ -59,6 +60,14 @@ int main(int argc, char** argv) {
     if (sub == "down") return tools::cluster_down(*c);
     if (sub == "status") return tools::cluster_status(*c);
     return usage();
+  }
+  if (cmd == "config") {
+    // `fluxon config check FILE`: the resolved configuration, or the first error with its field.
+    if (argc < 4 || std::string(argv[2]) != "check") return usage();
+    auto c = load(argv[3]);
+    if (!c.ok()) return 2;
+    std::fputs(describe(*c).c_str(), stdout);
+    return 0;
   }
   if (cmd == "demo") {
     auto c = load(config);

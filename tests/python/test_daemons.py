@@ -462,3 +462,22 @@ def test_a_stalled_owner_leaves_no_orphan_plan_behind_a_timed_out_put(cluster):
     c.local_fast_put_commit(plan).result(10)
     assert c.exists_prefix(["orphan"]).prefix_len == 1
     c.close()
+
+
+def test_config_check_prints_the_resolved_config_or_the_first_error_with_its_field(tmp_path):
+    good = ROOT / "configs" / "reference-3host.yaml"
+    r = subprocess.run([FLUXON_BIN, "config", "check", str(good)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "restrict_to_remote_only_node_roles: true" in r.stdout
+    assert "replica_writeback_hot_capacity_ratio: 0.75" in r.stdout
+    # What it prints is a config file of its own: checked again, the same text.
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(r.stdout)
+    again = subprocess.run([FLUXON_BIN, "config", "check", str(resolved)], capture_output=True, text=True, timeout=30)
+    assert again.returncode == 0 and again.stdout == r.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"
+                   "owners: [{replica_writeback_hot_capacity_ratio: 0.75}, {node_id: 2}]\n")
+    r = subprocess.run([FLUXON_BIN, "config", "check", str(bad)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "owners[0].replica_writeback_hot_capacity_ratio: needs master.replica_task_placement" in r.stderr

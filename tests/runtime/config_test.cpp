@@ -127,3 +127,56 @@ TEST_CASE("config: the client's RPC timeout must outlast the owner's hard timeou
   CHECK(bad.status().message().find("client.rpc_timeout_ms") != std::string::npos);
   CHECK(parse_config_text("owners: [{local_reserve_hard_timeout_ms: 3000}]\nclient: {rpc_timeout_ms: 4000}\n").ok());
 }
+
+TEST_CASE("config: the design's placement and tier keys - replica_task_placement, its old name, the ratios and what they require") {
+  auto c = parse_config_text(
+      "master: {replica_task_placement: {remote_only_node_roles: [remote_cache], restrict_to_remote_only_node_roles: true}}\n");
+  REQUIRE(c.ok());
+  CHECK(c->master.replica_target_roles == std::vector<std::string>{"remote_cache"});
+  auto loose = parse_config_text("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n");
+  REQUIRE(loose.ok());
+  CHECK(loose->master.replica_target_roles.size() == 2);  // any owner may take a replica task
+  auto old = parse_config_text("master: {replica_target_roles: [sglang_owner]}\n");
+  REQUIRE(old.ok());  // the old name stays
+  CHECK(old->master.replica_target_roles == std::vector<std::string>{"sglang_owner"});
+  CHECK(err("master: {replica_target_roles: [remote_cache], replica_task_placement: {}}").find("give one of them") !=
+        std::string::npos);
+  CHECK(err("master: {replica_task_placement: {remote_only_node_roles: [gpu]}}")
+            .find("replica_task_placement.remote_only_node_roles: 'gpu'") != std::string::npos);
+  CHECK(err("master: {replica_task_placement: {strict: true}}").find("replica_task_placement.strict: unknown key") !=
+        std::string::npos);
+  // T1 below T2, both in (0, 1), T1 only with strict placement; then refused: the tiers are not built.
+  CHECK(err("master: {replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.95}")
+            .find("replica_writeback_tier1_capacity_ratio: must be below replica_cache_capacity_ratio") != std::string::npos);
+  CHECK(err("master: {replica_cache_capacity_ratio: 1.5}").find("replica_cache_capacity_ratio: must be in (0, 1)") !=
+        std::string::npos);
+  CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}, "
+            "replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.75}")
+            .find("needs replica_task_placement.restrict_to_remote_only_node_roles: true") != std::string::npos);
+  CHECK(err("master: {replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.75}")
+            .find("not built yet") != std::string::npos);
+  // Owner-hot write-back: a ratio in (0, 1), and only with strict placement.
+  CHECK(err("owners: [{replica_writeback_hot_capacity_ratio: 0}]").find("must be in (0, 1)") != std::string::npos);
+  CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"
+            "owners: [{replica_writeback_hot_capacity_ratio: 0.75}, {node_id: 2}]")
+            .find("owners[0].replica_writeback_hot_capacity_ratio: needs master.replica_task_placement") != std::string::npos);
+  // Master-only keys elsewhere.
+  CHECK(err("owners: [{replica_task_placement: {}}]").find("owners[0].replica_task_placement: master-only") !=
+        std::string::npos);
+  CHECK(err("client: {replica_cache_capacity_ratio: 0.9}").find("master-only") != std::string::npos);
+}
+
+TEST_CASE("config: describe() prints every resolved field, and what it prints reads back to the same configuration") {
+  for (const auto& f : std::filesystem::directory_iterator(std::string(FLUXON_SOURCE_DIR) + "/configs")) {
+    if (f.path().extension() != ".yaml") continue;
+    CAPTURE(f.path().string());
+    auto c = load_config_file(f.path().string());
+    REQUIRE(c.ok());
+    const std::string text = describe(*c);
+    auto back = parse_config_text(text);
+    REQUIRE_MESSAGE(back.ok(), back.status().to_string(), "\n", text);
+    CHECK(describe(*back) == text);
+    CHECK(text.find("restrict_to_remote_only_node_roles") != std::string::npos);
+    if (!c->owners.empty()) CHECK(text.find("eviction_interval_ms") != std::string::npos);
+  }
+}

@@ -17,9 +17,13 @@ struct MasterConfig {
   uint16_t port = 7600;
   uint16_t metrics_port = 0;  // 0: no /metrics endpoint
   uint32_t get_inflight_ttl_ms = 60000;  // a prepared remote get not done or revoked by then expires
-  // Replica tasks go only to owners of these roles (the design's restrict_to_remote_only_node_roles
-  // with remote_only_node_roles); with none registered a task is refused (NoSpace), never sent to
-  // another GPU owner.
+  // replica_task_placement: replica tasks go to owners of remote_only_node_roles and, with
+  // restrict_to_remote_only_node_roles (the default), only there: with none registered a task is
+  // refused (NoSpace), never sent to another GPU owner. Not restricted: any owner may take one.
+  // (replica_target_roles: the old name of remote_only_node_roles, strict.) replica_target_roles is
+  // what the master uses: the roles a target may have.
+  std::vector<std::string> remote_only_node_roles{"remote_cache"};
+  bool restrict_to_remote_only_node_roles = true;
   std::vector<std::string> replica_target_roles{"remote_cache"};
 };
 
@@ -78,6 +82,9 @@ ClusterConfig default_embedded_config();
 Result<ClusterConfig> parse_config_text(const std::string& yaml_text);
 Result<ClusterConfig> load_config_file(const std::string& path);
 Status validate(const ClusterConfig& c);
+// The resolved configuration, every field with its value (defaults included), as YAML that
+// parse_config_text reads back to the same configuration (`fluxon config check`).
+std::string describe(const ClusterConfig& c);
 // "4GiB", "512MiB", "4096", "1.5GB" -> bytes.
 Result<uint64_t> parse_bytes(const std::string& s);
 
