@@ -16,7 +16,7 @@ const std::set<std::string> kOwnerOnlyKeys = {
     "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
     "get_handle_ttl_ms", "node_id", "role", "data_host", "data_port", "data_transport", "data_threads",
     "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio", "writeback_demote",
-    "writeback_timeout_ms", "eviction_free_watermark"};
+    "writeback_timeout_ms", "eviction_free_watermark", "replica_task_max_inflight"};
 
 const std::set<std::string> kMasterOnlyKeys = {
     "get_inflight_ttl_ms", "replica_target_roles", "replica_task_placement", "replica_cache_capacity_ratio",
@@ -161,7 +161,11 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "eviction_interval_ms",
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
-                      "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark"}));
+                      "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark",
+                      "replica_task_max_inflight"}));
+  FLX_TRY(get_uint(n, "replica_task_max_inflight", where, o.replica_task_max_inflight));
+  if (o.replica_task_max_inflight > 64)
+    return invalid_argument(where + ".replica_task_max_inflight: must be in 1..64");
   FLX_TRY(get_str(n, "data_host", where, o.data_host));
   if (n["data_port"] && n["data_port"].as<std::string>() == "0") o.data_port = 0;
   else FLX_TRY(get_uint(n, "data_port", where, o.data_port));
@@ -391,7 +395,7 @@ std::string describe(const ClusterConfig& c) {
       << b(w.eviction_tp_cohorts) << "\n    eviction_free_watermark: " << w.eviction_free_watermark;
     if (w.hot_writeback_ratio > 0) o << "\n    replica_writeback_hot_capacity_ratio: " << w.hot_writeback_ratio;
     o << "\n    writeback_demote: " << b(w.writeback_demote) << "\n    writeback_timeout_ms: " << w.writeback_timeout_ms
-      << "\n    get_start_wait_ms: " << w.get_start_wait_ms;
+      << "\n    get_start_wait_ms: " << w.get_start_wait_ms << "\n    replica_task_max_inflight: " << w.replica_task_max_inflight;
     if (!w.data_host.empty()) o << "\n    data_host: " << w.data_host;
     o << "\n    data_port: " << w.data_port << "\n    data_transport: " << w.data_transport
       << "\n    data_threads: " << w.data_threads << "\n    data_timeout_ms: " << w.data_timeout_ms << "\n";

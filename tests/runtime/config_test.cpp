@@ -180,3 +180,13 @@ TEST_CASE("config: describe() prints every resolved field, and what it prints re
     if (!c->owners.empty()) CHECK(text.find("eviction_interval_ms") != std::string::npos);
   }
 }
+
+TEST_CASE("config: replica_task_max_inflight is 1..64 on owners only") {
+  auto c = parse_config_text("owners: [{replica_task_max_inflight: 16}]\n");
+  REQUIRE(c.ok());
+  CHECK(c->owners[0].replica_task_max_inflight == 16);
+  CHECK(err("owners: [{replica_task_max_inflight: 65}]").find("replica_task_max_inflight: must be in 1..64") !=
+        std::string::npos);
+  CHECK(err("owners: [{replica_task_max_inflight: 0}]").find("replica_task_max_inflight: must be > 0") != std::string::npos);
+  CHECK(err("master: {replica_task_max_inflight: 4}").find("owner-only") != std::string::npos);
+}

@@ -730,3 +730,27 @@ TEST_CASE("bounds: with replica retries at their bound, a failed replica fetch i
   CHECK(c.owner(2).counters().replica_retries_full_total == 2);
   CHECK(c.owner(2).local_state("rr0") == 0);
 }
+
+TEST_CASE("replica pipeline (E16bh): at most replica_task_max_inflight replica fetches in flight across keys, every task done") {
+  for (const uint32_t limit : {1u, 8u}) {
+    CAPTURE(limit);
+    OwnerConfig cfg = small_owner();
+    cfg.replica_task_max_inflight = limit;
+    sim::Cluster c(seed_from_env(205), cfg, 2, {"sglang_owner", "remote_cache"});
+    c.run_for(10);
+    const uint64_t s = c.open_session(0);
+    std::vector<std::string> keys;
+    for (int i = 0; i < 32; ++i) keys.push_back("pipe-" + std::to_string(i));
+    put_opts(c, 0, s, keys, true, false);
+    size_t peak = 0;
+    REQUIRE(c.run_until(
+        [&] {
+          peak = std::max<size_t>(peak, c.owner(1).stats().replica_flights);
+          return c.owner(1).counters().replica_done_total == 32;
+        },
+        60000));
+    CHECK(peak <= limit);
+    if (limit > 1) CHECK(peak > 1);  // the pipeline does run keys side by side
+    for (const auto& k : keys) CHECK(c.owner(1).local_state(k) == 2);
+  }
+}

@@ -6,8 +6,9 @@ namespace fluxon {
 
 void ReplicaPuller::poll(Millis now, Outbox& out, const std::function<bool(const std::string&)>& putting) {
   if (!s_.replica_target || s_.alone()) return;  // not a target role, or alone
+  const size_t limit = s_.cfg.replica_task_max_inflight;
   std::vector<std::string> due;
-  for (auto it = retry_.begin(); it != retry_.end();) {
+  for (auto it = retry_.begin(); it != retry_.end() && flights_.size() + due.size() < limit;) {
     if (it->first > now) {
       ++it;
       continue;
@@ -20,9 +21,9 @@ void ReplicaPuller::poll(Millis now, Outbox& out, const std::function<bool(const
     if (now - poll_sent_ >= Millis(s_.cfg.publish_retry_ms)) send_poll(now, out);
     return;
   }
-  if (now < next_poll_ || flights_.size() >= kBatch) return;
+  if (now < next_poll_ || flights_.size() >= limit) return;
   poll_id_ = s_.new_unique();
-  poll_max_ = uint32_t(kBatch - flights_.size());
+  poll_max_ = uint32_t(limit - flights_.size());
   next_poll_ = now + kIdlePollMs;
   send_poll(now, out);
 }

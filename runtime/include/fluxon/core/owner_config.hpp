@@ -42,6 +42,9 @@ struct OwnerCoreConfig {
   bool writeback_demote = true;
   uint32_t writeback_timeout_ms = 60000;
   uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys
+  // A target owner's replica pipeline (E16bh): at most this many replica-task fetches in flight
+  // across keys (1-64), each key's strictly one at a time (a flight per key).
+  uint32_t replica_task_max_inflight = 64;
   // Set from the cluster config (not a key): the only owner never asks the master about a miss.
   bool alone_in_cluster = false;
   // Bounds of the owner's queues (not config keys: the defaults are the bounds; tests lower them).

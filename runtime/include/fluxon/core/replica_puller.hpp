@@ -5,8 +5,9 @@
 // that publishes the copy. A failed fetch is tried again (kAttempts in all, backing off); a
 // replica that never comes costs later hits only (S3: the source's eviction never waits for it).
 //
-// Uses GetFlights (a component below it); nothing uses it. Bounds: kBatch flights at most in
-// flight, Limits::replica_retries fetches waiting for another attempt (past it a failure is final).
+// Uses GetFlights (a component below it); nothing uses it. Bounds: replica_task_max_inflight
+// flights at most in flight across keys (a key's tasks strictly one after another: one flight per
+// key), Limits::replica_retries fetches waiting for another attempt (past it a failure is final).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -23,7 +24,6 @@ namespace fluxon {
 
 class ReplicaPuller {
  public:
-  static constexpr uint32_t kBatch = 256;     // tasks per poll, and replica flights at most in flight
   static constexpr Millis kIdlePollMs = 100;  // between polls that found nothing
   static constexpr uint32_t kAttempts = 3;
 
@@ -37,6 +37,7 @@ class ReplicaPuller {
   // Flights that ended: counted, retried or given up; their interest dropped.
   void settle(Millis now, Outbox& out);
   bool owns(uint64_t token) const;
+  size_t in_flight() const { return flights_.size(); }
 
  private:
   void send_poll(Millis now, Outbox& out);
