@@ -83,6 +83,40 @@ inline wire::PutDoneT m_put_done(uint32_t node, uint64_t put_id, const std::stri
   pd.items[0]->slot_size = 4096;
   return pd;
 }
+// A copy a Reclaim request names (its origin's generation is 1).
+struct ReclaimCopy {
+  std::string key;
+  uint32_t origin_node = 0;
+  uint64_t put_id = 0, instance = 0, offset = 0, slot_size = 4096;
+  uint32_t group = 0;
+};
+// One Reclaim step of node's copies; the reply (its epoch checked).
+inline wire::ReclaimReplyT m_reclaim(MasterCore& m, uint32_t node, uint64_t generation, uint64_t epoch,
+                                     wire::ReclaimStep step, bool demote, bool tp, const std::vector<ReclaimCopy>& copies) {
+  wire::ReclaimT r;
+  r.node_id = node;
+  r.generation = generation;
+  r.epoch = epoch;
+  r.step = step;
+  r.demote = demote;
+  r.tp_closure = tp;
+  for (const auto& c : copies) {
+    auto w = std::make_unique<wire::ReclaimMemberT>();
+    w->key = c.key;
+    w->origin_node = c.origin_node;
+    w->origin_generation = 1;
+    w->put_id = c.put_id;
+    w->instance = c.instance;
+    w->group = c.group;
+    w->offset = c.offset;
+    w->slot_size = c.slot_size;
+    r.members.push_back(std::move(w));
+  }
+  auto rep = m.handle(make_envelope(std::move(r)));
+  REQUIRE(rep.body.AsReclaimReply());
+  CHECK(rep.body.AsReclaimReply()->epoch == epoch);
+  return *rep.body.AsReclaimReply();
+}
 inline Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
   return m.handle(make_envelope(m_put_done(node, put_id, key, offset)));
 }

@@ -64,12 +64,12 @@ TEST_CASE("LocalIndex: an erased entry leaves the hot tier too") {
 
 #include "fluxon/core/eviction.hpp"
 
-TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at most its cap, owned cohorts are skipped") {
-  ReservePool pool(8 << 20, 1 << 20, std::nullopt);
-  LocalIndex ix(8 << 20, 0, false);
-  Eviction ev({true, 8192, 0});
+namespace {
+// n live entries k0..k(n-1), each its own put (put_id i + 1) in a 4 KiB slot, in the resident tier
+// in that order (k0 the coldest); their slots.
+std::vector<SlotRef> live_entries(ReservePool& pool, LocalIndex& ix, int n) {
   std::vector<SlotRef> slots;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < n; ++i) {
     auto c = pool.try_claim(4096, 1);
     REQUIRE((c.ok() && c.value()));
     SlotRef s = (*c.value())[0];
@@ -84,6 +84,15 @@ TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at mos
     ix.insert("k" + std::to_string(i), e);
     ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
   }
+  return slots;
+}
+}  // namespace
+
+TEST_CASE("Eviction S4: the debt already on its way counts, a round takes at most its cap, owned cohorts are skipped") {
+  ReservePool pool(8 << 20, 1 << 20, std::nullopt);
+  LocalIndex ix(8 << 20, 0, false);
+  Eviction ev({true, 8192, 0});
+  const std::vector<SlotRef> slots = live_entries(pool, ix, 5);
   auto never = [](LocalIndex::CohortId) { return false; };
   const Eviction::Marks none{never, never};
   auto v = ev.select(ix, pool, 4096, 3 * 4096, 0, none);
@@ -113,20 +122,7 @@ TEST_CASE("eviction: recoverable first - remote-complete cohorts go before colde
   ReservePool pool(1 << 20, 1 << 20, {});
   LocalIndex ix(1 << 20, 0, false);
   Eviction ev({true, 1 << 20, 0});
-  for (int i = 0; i < 4; ++i) {  // k0 the coldest ... k3 the newest
-    auto c = pool.try_claim(4096, 1);
-    REQUIRE((c.ok() && c.value()));
-    SlotRef s = (*c.value())[0];
-    pool.commit_local(s);
-    pool.route_live(s);
-    LocalIndex::Entry e;
-    e.put_id = uint64_t(i + 1);
-    e.slot = s;
-    e.len = 4096;
-    e.live = true;
-    ix.insert("k" + std::to_string(i), e);
-    ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
-  }
+  live_entries(pool, ix, 4);  // k0 the coldest ... k3 the newest
   ix.mark_remote_complete({3, 0});  // k2: a target owner holds it
   auto never = [](LocalIndex::CohortId) { return false; };
   const Eviction::Marks marks{never, [](LocalIndex::CohortId c) { return c.first == 1; }};  // k0 is being copied

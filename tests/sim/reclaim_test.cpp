@@ -48,28 +48,11 @@ struct Answer {
 
 Answer reclaim(MasterCore& m, uint32_t node, uint64_t epoch, wire::ReclaimStep step, const std::vector<Copy>& copies,
                bool tp = false, uint64_t generation = 1) {
-  wire::ReclaimT r;
-  r.node_id = node;
-  r.generation = generation;
-  r.epoch = epoch;
-  r.step = step;
-  r.tp_closure = tp;
-  for (const auto& c : copies) {
-    auto w = std::make_unique<wire::ReclaimMemberT>();
-    w->key = c.key;
-    w->origin_node = node;
-    w->origin_generation = 1;
-    w->put_id = c.put_id;
-    w->instance = c.instance ? c.instance : c.put_id;
-    w->group = c.group;
-    w->offset = c.offset;
-    w->slot_size = c.slot_size;
-    r.members.push_back(std::move(w));
-  }
-  auto rep = m.handle(make_envelope(std::move(r)));
-  REQUIRE(rep.body.AsReclaimReply());
-  CHECK(rep.body.AsReclaimReply()->epoch == epoch);
-  return {rep.body.AsReclaimReply()->result, rep.body.AsReclaimReply()->busy};
+  std::vector<ReclaimCopy> rc;
+  for (const auto& c : copies)
+    rc.push_back({c.key, node, c.put_id, c.instance ? c.instance : c.put_id, c.offset, c.slot_size, c.group});
+  const auto rep = m_reclaim(m, node, generation, epoch, step, false, tp, rc);
+  return {rep.result, rep.busy};
 }
 
 Answer fence(MasterCore& m, uint32_t node, uint64_t epoch, const std::vector<Copy>& c, bool tp = false) {

@@ -46,31 +46,18 @@ std::vector<wire::WriteBackStatus> w_back(MasterCore& m, uint32_t node,
                                           const std::vector<std::pair<std::string, uint64_t>>& keys) {
   return m.handle(make_envelope(w_items<wire::WriteBackT>(node, keys))).body.AsWriteBackReply()->status;
 }
+// One reclaim step of node's copies; the answer's result.
+wire::ReclaimResult w_reclaim(MasterCore& m, uint32_t node, uint64_t epoch, wire::ReclaimStep st, bool demote,
+                              const std::vector<ReclaimCopy>& copies) {
+  return m_reclaim(m, node, 1, epoch, st, demote, false, copies).result;
+}
 // Single-copy demotion of node's copies of `keys` (each (key, put): the put's cohort, a 4 KiB slot at
 // 0): a fenced reclaim with demote set - Fence, then Commit once fenced. Returns the Fence's answer.
 wire::ReclaimResult w_demote(MasterCore& m, uint32_t node, const std::vector<std::pair<std::string, uint64_t>>& keys,
                              uint64_t epoch) {
-  auto step = [&](wire::ReclaimStep st) {
-    wire::ReclaimT r;
-    r.node_id = node;
-    r.generation = 1;
-    r.epoch = epoch;
-    r.step = st;
-    r.demote = true;
-    for (const auto& [key, put_id] : keys) {
-      auto w = std::make_unique<wire::ReclaimMemberT>();
-      w->key = key;
-      w->origin_node = node;
-      w->origin_generation = 1;
-      w->put_id = put_id;
-      w->instance = put_id;
-      w->slot_size = 4096;
-      r.members.push_back(std::move(w));
-    }
-    auto rep = m.handle(make_envelope(std::move(r)));
-    REQUIRE(rep.body.AsReclaimReply());
-    return rep.body.AsReclaimReply()->result;
-  };
+  std::vector<ReclaimCopy> copies;
+  for (const auto& [key, put_id] : keys) copies.push_back({key, node, put_id, put_id, 0, 4096});
+  auto step = [&](wire::ReclaimStep st) { return w_reclaim(m, node, epoch, st, true, copies); };
   const auto fenced = step(wire::ReclaimStep::Fence);
   if (fenced == wire::ReclaimResult::Fenced || fenced == wire::ReclaimResult::AlreadyInProgress)
     CHECK(step(wire::ReclaimStep::Commit) == wire::ReclaimResult::Completed);
@@ -427,22 +414,7 @@ TEST_CASE("master: a demotion keeps the target copy it relies on - no reclaim or
   // A one-member reclaim Fence or Commit of node's copy of key (origin node 1's put `put_id`).
   auto reclaim = [&](uint32_t node, uint64_t epoch, wire::ReclaimStep st, bool demote, const std::string& key,
                      uint64_t put_id, uint64_t instance, uint64_t offset, uint64_t slot_size) {
-    wire::ReclaimT r;
-    r.node_id = node;
-    r.generation = 1;
-    r.epoch = epoch;
-    r.step = st;
-    r.demote = demote;
-    auto w = std::make_unique<wire::ReclaimMemberT>();
-    w->key = key;
-    w->origin_node = 1;
-    w->origin_generation = 1;
-    w->put_id = put_id;
-    w->instance = instance;
-    w->offset = offset;
-    w->slot_size = slot_size;
-    r.members.push_back(std::move(w));
-    return m.handle(make_envelope(std::move(r))).body.AsReclaimReply()->result;
+    return w_reclaim(m, node, epoch, st, demote, {{key, 1, put_id, instance, offset, slot_size}});
   };
   using D = wire::ReclaimResult;
   using St = wire::ReclaimStep;
