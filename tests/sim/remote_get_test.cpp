@@ -754,3 +754,49 @@ TEST_CASE("replica pipeline (E16bh): at most replica_task_max_inflight replica f
     for (const auto& k : keys) CHECK(c.owner(1).local_state(k) == 2);
   }
 }
+
+TEST_CASE("prefix-aware eviction of fetched copies: a prefix read's copies continue one another, so pressure takes the fetched chain from its tail") {
+  for (const bool prefix_read : {true, false}) {
+    CAPTURE(prefix_read);
+    OwnerConfig cfg = small_owner();
+    cfg.eviction_free_watermark = 0;  // evict what waiting claims need, no more
+    sim::Cluster c(seed_from_env(207), cfg, 2);
+    c.run_for(10);
+    const uint64_t s0 = c.open_session(0), s1 = c.open_session(1);
+    std::vector<std::string> chain;
+    for (int i = 0; i < 300; ++i) chain.push_back("ch-" + std::to_string(i));
+    for (size_t at = 0; at < chain.size(); at += 10)
+      put_opts(c, 0, s0, {chain.begin() + long(at), chain.begin() + long(at) + 10}, false, false);
+    REQUIRE(c.run_until([&] { return c.master().route_count() == 300; }, 10000));
+    // Owner 1 fetches the chain in one read: as a prefix, or as separate keys (no chain known).
+    wire::GetStartReqT g;
+    g.keys = chain;
+    g.prefix_best_effort = prefix_read;
+    auto rep = c.call(1, s1, make_envelope(std::move(g)));
+    REQUIRE(rep.body.AsGetStartReply());
+    auto* r = rep.body.AsGetStartReply();
+    REQUIRE(r->transferable_len == 300);
+    auto t = transfer(c, 1, s1, r->handle_id, 300);
+    REQUIRE(t.body.AsGetTransferReply());
+    release(c, 1, s1, t.body.AsGetTransferReply()->holding_ids);
+    c.run_for(100);
+    REQUIRE(c.owner(1).local_state("ch-0") == 2);
+    // Newer keys fill owner 1's 2048 slots and more: fewer evictions than the chain is long.
+    for (int p = 0; p < 180; ++p) {
+      std::vector<std::string> keys;
+      for (int i = 0; i < 10; ++i) keys.push_back("fill-" + std::to_string(p) + "-" + std::to_string(i));
+      put_opts(c, 1, s1, keys, false, false);
+    }
+    REQUIRE(c.run_until([&] { return c.owner(1).reclaims_in_flight() == 0; }, 20000));
+    const uint64_t evicted = c.owner(1).counters().evicted_keys_total;
+    MESSAGE("evicted " << evicted);
+    REQUIRE(evicted > 0);
+    REQUIRE(evicted < 300);
+    if (prefix_read) {  // the tail went, the head stays servable
+      CHECK(c.owner(1).local_state("ch-0") == 2);
+      CHECK(c.owner(1).local_state("ch-299") == 0);
+    } else {  // the coldest first: the head
+      CHECK(c.owner(1).local_state("ch-0") == 0);
+    }
+  }
+}

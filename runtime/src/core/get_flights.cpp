@@ -308,7 +308,8 @@ GetFlights::JobSettled GetFlights::on_job_reply(uint64_t token, Envelope& reply,
         // A local put of the key won meanwhile: this copy's route goes, route first (S2).
         settled.removals.push_back({Removal{f.key, f.ver, slot, f.batch}});
       } else {
-        s_.local.insert(f.key, LocalIndex::Entry{f.batch, slot, f.len, true, f.group, f.ver});
+        s_.local.insert(f.key, LocalIndex::Entry{f.batch, slot, f.len, true, f.group, f.ver},
+                        f.parent.empty() ? nullptr : &f.parent);
         settled.live.push_back(LiveEntry{f.key, {f.batch, f.group}, s_.pool.slot_size(slot)});
       }
       f.phase = Phase::kReady;

@@ -64,6 +64,9 @@ bool GetFlights::get_start(uint64_t token, uint64_t session, wire::GetStartReqT&
     }
     if (batch == 0) batch = s_.new_local_id();
     const uint64_t fid = new_flight(key, batch, group, false);
+    // A prefix read (prefix_best_effort) names its keys in prefix order: the fetched copy continues
+    // the key before it (prefix-aware eviction, as a put's radix_parent_keys).
+    if (req.prefix_best_effort && i > 0) flights_.at(fid).parent = req.keys[i - 1];
     // G8: every leader of the batch in one BatchGetStart; G9: with the leaders of the other
     // get_starts that arrive before the driver calls flush() (the owner actor: once its mailbox
     // holds nothing older; the simulator: at the next tick), so concurrent batches (TP ranks) share it.

@@ -90,6 +90,7 @@ class GetFlights {
     bool pinned = false;        // Ready: the flight holds a holder on the slot while interest > 0
     uint64_t batch = 0;         // local identity of the leader batch (the entry's put_id)
     uint32_t group = 0;
+    std::string parent;         // the key before it in the leader's prefix read ("": none known)
     uint32_t source_node = 0;
     uint64_t source_generation = 0, src_offset = 0, len = 0;
     Version ver;
