@@ -36,19 +36,6 @@ Status check_keys(const YAML::Node& n, const std::string& where, const std::set<
   return Status::ok();
 }
 
-// A share in (0, 1) (absent: out unchanged): a ratio of the design's that is off unless given.
-Status get_ratio(const YAML::Node& n, const char* key, const std::string& where, double& out) {
-  if (!n[key]) return Status::ok();
-  double v = -1;
-  try {
-    v = n[key].as<double>();
-  } catch (const YAML::Exception&) {
-  }
-  if (!(v > 0 && v < 1)) return invalid_argument(where + "." + key + ": must be in (0, 1)");
-  out = v;
-  return Status::ok();
-}
-
 Status get_roles(const YAML::Node& r, const std::string& field, std::vector<std::string>& out) {
   if (!r.IsSequence()) return invalid_argument(field + ": expected a list of roles");
   out.clear();
@@ -61,17 +48,23 @@ Status get_roles(const YAML::Node& r, const std::string& field, std::vector<std:
   return Status::ok();
 }
 
-// A share in [0, 1) (absent: out unchanged).
-Status get_fraction(const YAML::Node& n, const char* key, const std::string& where, double& out) {
+// A share in [0, 1), or with open_low in (0, 1) (a ratio of the design's that is off unless given);
+// absent: out unchanged.
+Status get_fraction(const YAML::Node& n, const char* key, const std::string& where, double& out,
+                    bool open_low = false) {
   if (!n[key]) return Status::ok();
   double v = -1;
   try {
     v = n[key].as<double>();
   } catch (const YAML::Exception&) {
   }
-  if (!(v >= 0 && v < 1)) return invalid_argument(where + "." + key + ": must be in [0, 1)");
+  if (!((open_low ? v > 0 : v >= 0) && v < 1))
+    return invalid_argument(where + "." + key + (open_low ? ": must be in (0, 1)" : ": must be in [0, 1)"));
   out = v;
   return Status::ok();
+}
+Status get_ratio(const YAML::Node& n, const char* key, const std::string& where, double& out) {
+  return get_fraction(n, key, where, out, true);
 }
 
 template <class T>
@@ -127,8 +120,6 @@ Status parse_master(const YAML::Node& n, MasterConfig& m) {
   }
   if (m.remote_only_node_roles.empty())
     return invalid_argument("master.replica_task_placement.remote_only_node_roles: empty");
-  m.replica_target_roles = m.remote_only_node_roles;
-  if (!m.restrict_to_remote_only_node_roles) m.replica_target_roles = {"remote_cache", "sglang_owner"};
   // The master's two tiers (T1 hot route metadata, T2 resident): checked as the design says, then
   // refused - they are not built, and a ratio that changed nothing would mislead.
   double t2 = 0, t1 = 0;

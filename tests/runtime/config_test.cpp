@@ -132,13 +132,13 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
   auto c = parse_config_text(
       "master: {replica_task_placement: {remote_only_node_roles: [remote_cache], restrict_to_remote_only_node_roles: true}}\n");
   REQUIRE(c.ok());
-  CHECK(c->master.replica_target_roles == std::vector<std::string>{"remote_cache"});
+  CHECK(c->master.replica_target_roles() == std::vector<std::string>{"remote_cache"});
   auto loose = parse_config_text("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n");
   REQUIRE(loose.ok());
-  CHECK(loose->master.replica_target_roles.size() == 2);  // any owner may take a replica task
+  CHECK(loose->master.replica_target_roles().size() == 2);  // any owner may take a replica task
   auto old = parse_config_text("master: {replica_target_roles: [sglang_owner]}\n");
   REQUIRE(old.ok());  // the old name stays
-  CHECK(old->master.replica_target_roles == std::vector<std::string>{"sglang_owner"});
+  CHECK(old->master.replica_target_roles() == std::vector<std::string>{"sglang_owner"});
   CHECK(err("master: {replica_target_roles: [remote_cache], replica_task_placement: {}}").find("give one of them") !=
         std::string::npos);
   CHECK(err("master: {replica_task_placement: {remote_only_node_roles: [gpu]}}")

@@ -358,6 +358,13 @@ struct Rig {
     REQUIRE_MESSAGE(r.body.AsPutStartReply(), envelope_status(r).to_string());
     REQUIRE(call(make_envelope(wire::PutCommitReqT{{}, r.body.AsPutStartReply()->put_id})).body.AsPutCommitReply());
   }
+  // A put_start of keys sent (its answer, if any, in replies[token]): a claim that may wait for room.
+  uint64_t claim(const std::vector<std::string>& keys) {
+    wire::PutStartReqT p;
+    p.keys = keys;
+    p.value_len = kLen;
+    return send(make_envelope(std::move(p)));
+  }
   // A local read: its holdings stay until released.
   struct Read {
     uint64_t handle_id = 0;
@@ -391,10 +398,7 @@ struct Rig {
     put({"b0", "b1"}, {2});
     for (int i = 0; i < 6; ++i) release(read({"b0", "b1"}));
     before();
-    wire::PutStartReqT p;
-    p.keys = {"c0"};
-    p.value_len = kLen;
-    const uint64_t tok = send(make_envelope(std::move(p)));
+    const uint64_t tok = claim({"c0"});
     REQUIRE_FALSE(replies.count(tok));  // waits for room
     return tok;
   }
@@ -466,10 +470,7 @@ TEST_CASE("reclaim write conflicts: a member whose route is being re-published a
   r.o.on_master_reconnected(r.now, out);
   r.absorb(out);
   REQUIRE(r.held.size() == 2);  // both batches' re-publications
-  wire::PutStartReqT p;
-  p.keys = {"c0"};
-  p.value_len = Rig::kLen;
-  const uint64_t claim = r.send(make_envelope(std::move(p)));
+  const uint64_t claim = r.claim({"c0"});
   r.tick(1);  // Fence: the master knows no copy (Completed) -> Prepare: the resync is on its way -> Busy
   CHECK(r.ctr().reclaim_owner_write_total >= 1);
   CHECK_FALSE(r.replies.count(claim));
@@ -678,10 +679,7 @@ TEST_CASE("reclaim demotion, owner side: a cohort backed on the target goes thro
     CHECK(r.ctr().demote_kept_total == 1);
     // Back in the resident tier: capacity eviction can take it (a claim that needs a slot).
     r.hold = [](const Envelope&) { return false; };
-    wire::PutStartReqT p;
-    p.keys = {"c0", "c1", "c2"};
-    p.value_len = Rig::kLen;
-    const uint64_t tok = r.send(make_envelope(std::move(p)));
+    const uint64_t tok = r.claim({"c0", "c1", "c2"});
     r.tick(300);
     CHECK(r.replies.count(tok));
     CHECK(r.ctr().reclaim_committed_keys_total >= 2);
@@ -702,10 +700,7 @@ TEST_CASE("prefix-aware eviction: with radix_parent_keys the least recently used
     r.put({"c0"}, {1}, chained ? std::vector<std::string>{"b0"} : std::vector<std::string>{});
     r.put({"x0"}, {1});
     r.release(r.read({"x0"}));
-    wire::PutStartReqT p;
-    p.keys = {"y0"};
-    p.value_len = Rig::kLen;
-    const uint64_t tok = r.send(make_envelope(std::move(p)));
+    const uint64_t tok = r.claim({"y0"});
     REQUIRE_FALSE(r.replies.count(tok));  // waits for a slot
     r.tick(50);
     REQUIRE(r.replies.count(tok));
@@ -731,10 +726,7 @@ TEST_CASE("prefix-aware eviction: a parent goes in the same round as the childre
   r.put({"b0"}, {1}, {"a0"});
   r.put({"c0"}, {1}, {"b0"});
   r.release(r.read({"x0"}));
-  wire::PutStartReqT p;
-  p.keys = {"n0", "n1", "n2"};
-  p.value_len = Rig::kLen;
-  const uint64_t tok = r.send(make_envelope(std::move(p)));
+  const uint64_t tok = r.claim({"n0", "n1", "n2"});
   REQUIRE_FALSE(r.replies.count(tok));
   r.tick(50);
   REQUIRE(r.replies.count(tok));

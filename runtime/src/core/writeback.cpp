@@ -90,7 +90,13 @@ std::vector<std::vector<WriteBack::CohortId>> WriteBack::on_batch_reply(uint64_t
     // A job that ended since this request left skips its part.
     if (auto j = jobs_.find(id); j != jobs_.end()) {
       auto cohorts = j->second.cohorts;
-      if (settle(id, wr->status.data() + at) && s_.cfg.writeback_demote) backed.push_back(std::move(cohorts));
+      if (settle(id, wr->status.data() + at)) {
+        if (s_.cfg.writeback_demote) {
+          backed.push_back(std::move(cohorts));  // a demotion transaction takes it from here
+        } else {  // inclusive: both copies stay, and capacity eviction takes these first (nothing lost)
+          for (const auto& c : cohorts) s_.local.mark_remote_complete(c);
+        }
+      }
     }
     at += n;
   }
@@ -126,10 +132,6 @@ bool WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status) {
   }
   if (backed < job.keys.size()) return false;  // tasks on their way: asked again at next_send
   s_.counters.writeback_backed_keys_total += job.keys.size();
-  // Inclusive write-back: both copies stay, and capacity eviction takes these first (nothing is
-  // lost). With demotion, a reclaim takes it from here.
-  if (!s_.cfg.writeback_demote)
-    for (const auto& c : job.cohorts) s_.local.mark_remote_complete(c);
   end(id);
   return true;
 }

@@ -20,11 +20,14 @@ struct MasterConfig {
   // replica_task_placement: replica tasks go to owners of remote_only_node_roles and, with
   // restrict_to_remote_only_node_roles (the default), only there: with none registered a task is
   // refused (NoSpace), never sent to another GPU owner. Not restricted: any owner may take one.
-  // (replica_target_roles: the old name of remote_only_node_roles, strict.) replica_target_roles is
-  // what the master uses: the roles a target may have.
+  // (replica_target_roles: the old name of remote_only_node_roles, strict.)
   std::vector<std::string> remote_only_node_roles{"remote_cache"};
   bool restrict_to_remote_only_node_roles = true;
-  std::vector<std::string> replica_target_roles{"remote_cache"};
+  // The roles a replica target may have (what the master uses).
+  std::vector<std::string> replica_target_roles() const {
+    if (restrict_to_remote_only_node_roles) return remote_only_node_roles;
+    return {"remote_cache", "sglang_owner"};
+  }
 };
 
 // An owner's whole configuration: its core's slice (fluxon/core/owner_config.hpp) and the I/O
