@@ -81,8 +81,9 @@ class LocalIndex {
   std::vector<CohortId> exact_cohort(CohortId id) const;
   // Prefix chains (radix_parent_keys): some entry named a parent; and whether no entry outside
   // the exact cohort of `id` continues one of its pages (a leaf: taking it orphans nothing).
-  // Remote-complete cohorts: a write-back found every key of the exact cohort set on one
-  // target-role owner (inclusive write-back: both copies stay). Evicting one loses no hit.
+  // Remote-complete cohorts: a write-back found every key of the exact cohort set backed on a
+  // target-role owner (inclusive write-back: both copies stay). Evicting one loses no hit while
+  // those copies stay (the mark is not withdrawn if a target evicts its copy later).
   void mark_remote_complete(CohortId id) {
     if (cohorts_.count(id)) remote_complete_.insert(id);
   }
