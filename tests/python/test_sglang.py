@@ -409,7 +409,9 @@ def test_backups_carry_their_prefix_chain_so_capacity_eviction_keeps_a_cold_chai
     chain overflows the owner, the older chain loses pages from its tail, and a restore of it still
     hits its leading pages (an LRU would take its root first: a prefix read of it would hit nothing)."""
     from fluxon.sglang import HiCacheStorageExtraInfo
-    cl = Cluster(tmp_path, f"chain{free_port()}", dram="16MiB").start()
+    # No free watermark: eviction takes what the waiting claims need, whatever the machine's speed (the
+    # watermark also evicts ahead by the claim rate of the last round, which a slow machine inflates).
+    cl = Cluster(tmp_path, f"chain{free_port()}", dram="16MiB", owner_extra="eviction_free_watermark: 0").start()
     try:
         t = tag()
         pool = mha(pages=64)
