@@ -12,11 +12,18 @@ if [[ ${1:-} == --prepare ]]; then
   B=$2
   rm -rf "$B"
   ../shared/tools/device-bundle "$B" build/tools/fluxon >/dev/null
+  strip "$B/bin/fluxon"  # the debug build's symbols are most of its 50 MB: the carry limit is 64 MiB
   mkdir -p "$B/a"
-  for a in client/libfluxon_client.a actors/libfluxon_actors.a runtime/libfluxon_runtime.a \
-           messages/libfluxon_messages.a cuda_kernels/libfluxon_kv.a cuda_kernels/libfluxon_kv_cuda.a; do
-    strip --strip-debug -o "$B/a/$(basename $a)" "build/$a"
+  # Every static library the module links (the simulation's is for tests only).
+  for a in build/{client,actors,runtime,messages,cuda_kernels}/libfluxon_*.a; do
+    [[ $a == *libfluxon_sim.a ]] && continue
+    strip --strip-debug -o "$B/a/$(basename $a)" "$a"
   done
+  # Headers the module includes that the GPU machine lacks: the generated FlatBuffers schema and
+  # the FlatBuffers library's own (header-only where the module uses it).
+  mkdir -p "$B/include"
+  cp build/messages/gen/fluxon_generated.h "$B/include/"
+  cp -r /usr/include/flatbuffers "$B/include/"
   du -sh "$B"
   exit 0
 fi
@@ -29,7 +36,8 @@ CUDA=${CUDA_HOME:-/usr/local/cuda}
 EXT=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 libs=$(ls $B/lib/*.so* | tr '\n' ' ')
 g++ -O2 -shared -fPIC -std=c++20 -DFLUXON_HAVE_CUDA python_binding/src/module.cpp \
-  -Iruntime/include -Iclient/include -Imessages/include -Icuda_kernels/include -I"$CUDA/include" \
+  -Iruntime/include -Iclient/include -Imessages/include -Iactors/include -Icuda_kernels/include -I"$B/include" \
+  -I"$CUDA/include" \
   $(python3 -m pybind11 --includes) -o "python_binding/fluxon/_fluxon$EXT" \
   -Wl,--start-group $B/a/*.a -Wl,--end-group $libs -L"$CUDA/lib64" -lcudart_static -lrt -ldl -lpthread \
   2>&1 | tee "$OUT/build.log" | tail -5

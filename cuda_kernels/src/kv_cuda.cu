@@ -86,36 +86,73 @@ Status cuda_register_host(void* ptr, size_t len) {
 Status cuda_unregister_host(void* ptr) { return cuda_status(cudaHostUnregister(ptr), "cudaHostUnregister"); }
 
 struct GpuCopier::Impl {
-  uint8_t* dev = nullptr;      // [value_ptrs n][pages n][k_ptrs L][v_ptrs L]
-  uint8_t* staging = nullptr;  // pinned host mirror, uploaded with one async copy
-  size_t cap = 0;
-  cudaEvent_t uploaded = nullptr;  // the last upload finished reading `staging`
-  int sm_count = 0;
+  // The SM path's workspace: [value_ptrs n][pages n][k_ptrs L][v_ptrs L] on the device and a pinned
+  // host mirror uploaded with one async copy. One workspace per call in flight: a call takes one
+  // whose last kernel has finished (or a new one), so queueing many calls at once — every layer of
+  // a layer-wise restore — never waits on the host for an earlier call's copy (up to kMaxWorkspaces).
+  struct Workspace {
+    uint8_t* dev = nullptr;
+    uint8_t* staging = nullptr;
+    size_t cap = 0;
+    cudaEvent_t done = nullptr;  // recorded after the kernel that last used this workspace
+  };
+  static constexpr size_t kMaxWorkspaces = 128;
+  std::vector<Workspace> spaces;
+  size_t next = 0;
+  int sm_count = -1;
   std::vector<void*> dsts, srcs;
   std::vector<size_t> sizes;
   ~Impl() {
-    if (dev) cudaFree(dev);
-    if (staging) cudaFreeHost(staging);
-    if (uploaded) cudaEventDestroy(uploaded);
+    for (Workspace& w : spaces) {
+      if (w.done) cudaEventSynchronize(w.done);
+      if (w.dev) cudaFree(w.dev);
+      if (w.staging) cudaFreeHost(w.staging);
+      if (w.done) cudaEventDestroy(w.done);
+    }
   }
-  Status reserve(size_t bytes) {
-    if (!uploaded) {
-      if (Status s = cuda_status(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming), "cudaEventCreate");
-          !s.is_ok())
-        return s;
+  // A workspace of at least `bytes` that no queued work uses any more.
+  Result<Workspace*> take(size_t bytes) {
+    if (sm_count < 0) {
       int devno = 0;
       cudaGetDevice(&devno);
       cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, devno);
     }
-    if (bytes <= cap) return Status::ok();
-    cudaEventSynchronize(uploaded);
-    if (dev) cudaFree(dev);
-    if (staging) cudaFreeHost(staging);
-    dev = nullptr;
-    staging = nullptr;
-    cap = std::max(bytes, cap * 2);
-    if (Status s = cuda_status(cudaMalloc(&dev, cap), "cudaMalloc(workspace)"); !s.is_ok()) return s;
-    return cuda_status(cudaMallocHost(&staging, cap), "cudaMallocHost(workspace)");
+    size_t pick = spaces.size();
+    for (size_t i = 0; i < spaces.size() && pick == spaces.size(); ++i) {
+      const size_t j = (next + i) % spaces.size();
+      const cudaError_t q = cudaEventQuery(spaces[j].done);
+      if (q == cudaSuccess) pick = j;
+      else if (q != cudaErrorNotReady) return cuda_status(q, "cudaEventQuery(workspace)");
+    }
+    if (pick == spaces.size()) {
+      if (spaces.size() < kMaxWorkspaces) {
+        Workspace w;
+        if (Status s = cuda_status(cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming), "cudaEventCreate");
+            !s.is_ok())
+          return s;
+        spaces.push_back(w);
+      } else {
+        pick = next;  // every workspace busy: wait for the oldest
+        if (Status s = cuda_status(cudaEventSynchronize(spaces[pick].done), "cudaEventSynchronize(workspace)");
+            !s.is_ok())
+          return s;
+      }
+    }
+    next = (pick + 1) % spaces.size();
+    Workspace& w = spaces[pick];
+    if (bytes > w.cap) {
+      if (w.dev) cudaFree(w.dev);
+      if (w.staging) cudaFreeHost(w.staging);
+      w.dev = nullptr;
+      w.staging = nullptr;
+      w.cap = 0;
+      const size_t cap = std::max<size_t>(bytes, 4096);
+      if (Status s = cuda_status(cudaMalloc(&w.dev, cap), "cudaMalloc(workspace)"); !s.is_ok()) return s;
+      if (Status s = cuda_status(cudaMallocHost(&w.staging, cap), "cudaMallocHost(workspace)"); !s.is_ok())
+        return s;
+      w.cap = cap;
+    }
+    return &w;
   }
 };
 
@@ -181,24 +218,25 @@ Status GpuCopier::copy(Direction dir, const PageCopy& c, void* stream_ptr, CopyP
   // SM kernel: upload [value_ptrs][pages][k_ptrs][v_ptrs] with one async copy, then launch.
   const size_t n = c.page_count;
   const size_t bytes = (2 * n + 2 * L.layer_num) * 8;
-  if (Status s = im.reserve(bytes); !s.is_ok()) return s;
-  cudaEventSynchronize(im.uploaded);  // the previous upload no longer reads the staging buffer
-  auto* st = reinterpret_cast<uint64_t*>(im.staging);
+  auto ws = im.take(bytes);
+  if (!ws.ok()) return ws.status();
+  Impl::Workspace& w = **ws;
+  auto* st = reinterpret_cast<uint64_t*>(w.staging);
   std::memcpy(st, *ptrs, n * 8);
   std::memcpy(st + n, c.page_indices, n * 8);
   std::memcpy(st + 2 * n, c.k_ptrs, L.layer_num * 8);
   if (L.kv_count() == 2) std::memcpy(st + 2 * n + L.layer_num, c.v_ptrs, L.layer_num * 8);
-  if (Status s = cuda_status(cudaMemcpyAsync(im.dev, im.staging, bytes, cudaMemcpyHostToDevice, stream), "upload");
+  if (Status s = cuda_status(cudaMemcpyAsync(w.dev, w.staging, bytes, cudaMemcpyHostToDevice, stream), "upload");
       !s.is_ok())
     return s;
-  cudaEventRecord(im.uploaded, stream);
-  auto* d = reinterpret_cast<uint64_t*>(im.dev);
+  auto* d = reinterpret_cast<uint64_t*>(w.dev);
   DevLayout dl{uint32_t(L.layout), L.layer_num, L.page_size, L.kv_count(), L.item_bytes, L.chunk_bytes()};
   const uint64_t chunks = uint64_t(n) * layers * L.kv_count();
   const unsigned grid = unsigned(std::min<uint64_t>(chunks, uint64_t(std::max(1, im.sm_count)) * 16));
   copy_chunks<<<grid, 256, 0, stream>>>(d, reinterpret_cast<const int64_t*>(d + n), d + 2 * n,
                                         d + 2 * n + L.layer_num, dl, l0, layers, chunks, backup);
-  return cuda_status(cudaGetLastError(), "copy_chunks launch");
+  if (Status s = cuda_status(cudaGetLastError(), "copy_chunks launch"); !s.is_ok()) return s;
+  return cuda_status(cudaEventRecord(w.done, stream), "cudaEventRecord(workspace)");
 }
 
 }  // namespace fluxon::kv

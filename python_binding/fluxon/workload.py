@@ -152,6 +152,42 @@ class GpuPool:
         return self.base + slot * self.page_bytes
 
 
+class HostPool:
+    """Split mode's L2 (``--mode split``): the rank's own host-memory pool, a plain LRU of pages, as
+    HiCache's host pool is. Every rank of an instance runs the same operations on its own pool."""
+
+    def __init__(self, pages, page_bytes):
+        self.page_bytes = page_bytes
+        self.buf = (ctypes.c_uint8 * max(1, pages * page_bytes))()
+        self.base = ctypes.addressof(self.buf)
+        self.free = list(range(pages))
+        self.index = OrderedDict()  # page hash -> slot
+        self.evicted = 0
+
+    def lookup_prefix(self, hashes):
+        n = 0
+        while n < len(hashes) and hashes[n] in self.index:
+            self.index.move_to_end(hashes[n])
+            n += 1
+        return n
+
+    def read(self, h) -> bytes:
+        return ctypes.string_at(self.base + self.index[h] * self.page_bytes, self.page_bytes)
+
+    def insert(self, h, data: bytes) -> None:
+        if h in self.index:
+            self.index.move_to_end(h)
+            return
+        if not self.free:
+            if not self.index:
+                return  # a pool of no pages
+            self.free.append(self.index.popitem(last=False)[1])
+            self.evicted += 1
+        slot = self.free.pop()
+        ctypes.memmove(self.base + slot * self.page_bytes, data, self.page_bytes)
+        self.index[h] = slot
+
+
 def expected_page(h: str, rank: int, size: int) -> bytes:
     seed = hashlib.sha256(bytes.fromhex(h) + bytes([rank])).digest()
     return (seed * (size // len(seed) + 1))[:size]
@@ -196,10 +232,13 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                               admission=AdmissionConfig(policy=a.replica_policy), register_with_cuda=a.gpu)
     page_bytes = a.page_tokens * a.item_bytes
     pool = GpuPool(a.gpu_pages, page_bytes, a.page_tokens, a.item_bytes, a.gpu)
+    split = a.mode == "split"
+    host = HostPool(a.l2_pages, page_bytes) if split else None  # split: L2 here, Fluxon is the L3 store
     commit_times = {}
     pending_nodes = []
-    totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "recomputed", "backup_bytes", "restore_bytes",
-                             "verify_failures", "backups", "restores", "remote_restores")}
+    totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "l3_joined", "l3_leader", "recomputed",
+                             "backup_bytes", "restore_bytes", "verify_failures", "backups", "restores",
+                             "remote_restores")}
     per_round = []
     suffix = f"_{a.model}_{rank}_{a.tp}"
 
@@ -213,6 +252,9 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         parent = page_parent.get(hashes[0], "") if a.prefix_chains == "on" else ""
         node = NodeStorage([key(h) for h in hashes], parent_key=key(parent) if parent else "")
         slots_ = [pool.index[h][0] for h in hashes]
+        if split:  # the host pool first; the store keeps its own copy (write-through from L2)
+            for h, s in zip(hashes, slots_):
+                host.insert(h, pool.read(s))
         # A page's "KV score" for the score policies: a stable function of the page (TP-invariant).
         scores = [int(h[:8], 16) / 0xFFFFFFFF for h in hashes]
 
@@ -270,7 +312,17 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                 hashes.append(prev)
             l1 = min(allgather(pool.lookup_prefix(hashes)))
             rest = hashes[l1:]
-            restored = remote = 0
+            restored = remote = from_host = 0
+            if rest and split:  # L2: the rank's host pool, then the store for what follows
+                from_host = min(allgather(host.lookup_prefix(rest)))
+                if from_host:
+                    slots_ = allocate(from_host, set(hashes))
+                    for h, s in zip(rest[:from_host], slots_):
+                        pool.write(s, host.read(h))
+                        pool.index[h] = (s, True)
+                        if pool.read(s) != expected_page(h, rank, page_bytes):
+                            r_tot["verify_failures"] += 1
+                    rest = rest[from_host:]
             if rest:
                 if a.prefetch_policy != "best_effort":
                     deadline = time.perf_counter() + (a.prefetch_timeout if a.prefetch_policy == "timeout" else 3600)
@@ -291,12 +343,19 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                         if pool.read(s) != expected_page(h, rank, page_bytes):
                             r_tot["verify_failures"] += 1
                     restored = n
-                    remote = res.remote_pages
+                    remote = n if split else res.remote_pages  # split: every store hit is L3
+                    r_tot["l3_joined"] += res.joined_pages
+                    r_tot["l3_leader"] += res.remote_pages - res.joined_pages
+                    if split:  # HiCache's L3 -> L2 -> L1: the page enters the host pool too
+                        for h, s in zip(rest[:n], slots_):
+                            host.insert(h, pool.read(s))
                     r_tot["restore_bytes"] += n * page_bytes
                     r_tot["restores"] += 1
                     r_tot["remote_restores"] += 1 if remote else 0
             # recompute the rest (a deterministic function of the page hash)
             compute = rest[restored:]
+            if compute and a.prefill_tok_s:  # the modelled prefill: the GPU busy for these tokens
+                time.sleep(len(compute) * a.page_tokens / a.prefill_tok_s)
             if compute:
                 slots_ = allocate(len(compute), set(hashes))
                 for h, s in zip(compute, slots_):
@@ -308,10 +367,10 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             r_tot["requests"] += 1
             r_tot["tokens"] += len(tokens)
             r_tot["l1"] += l1 * a.page_tokens
-            r_tot["l2"] += (restored - remote) * a.page_tokens
+            r_tot["l2"] += (from_host + restored - remote) * a.page_tokens
             r_tot["l3"] += remote * a.page_tokens
-            r_tot["recomputed"] += len(tokens) - (l1 + restored) * a.page_tokens
-            if inst == 0 and rank == 0 and not a.json and (i % 16 == 0 or i == len(mine) - 1):
+            r_tot["recomputed"] += len(tokens) - (l1 + from_host + restored) * a.page_tokens
+            if inst == 0 and rank == 0 and not a.json and not a.quiet and (i % 16 == 0 or i == len(mine) - 1):
                 print(f"\r  round {turn + 1}/{a.turns}  requests {i + 1}/{len(mine)} on instance 0", end="",
                       flush=True)
         r_tot["seconds"] = time.perf_counter() - t_round
@@ -342,8 +401,12 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             time.sleep(0.05)
         time.sleep(0.3)
     mstats = client.master_stats() if inst == 0 and rank == 0 else {}
+    host_state = {}
+    if split:  # what the host pool holds, and how much of it the store does not (single-copy bytes)
+        only = sum(1 for h in host.index if client.exists_prefix([key(h)]).prefix_len == 0)
+        host_state = {"pages": len(host.index), "not_in_store": only, "evicted": host.evicted}
     client.close()
-    out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round,
+    out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round, "host_pool": host_state,
                "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v)} for k, v in lat.items()},
                "counters": backend.counters, "owner_stats": stats, "master_stats": mstats})
 
@@ -412,44 +475,254 @@ def main(argv=None):
     ap.add_argument("--key-prefix", default=None)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--mode", choices=["unified", "split"], default="unified",
+                    help="unified: Fluxon is L2 and L3 (the instance owners, a CPU owner with --remote-cache); "
+                         "split: each rank's own host pool is L2 (a plain LRU, as HiCache's) and one Fluxon owner "
+                         "is a separate L3 store that keeps its own copies (write-through from L2)")
+    ap.add_argument("--l2-pages", type=int, default=0, help="split: pages in each rank's host pool (L2)")
+    ap.add_argument("--store-dram", default=None, help="split: the L3 store's segment (default: --owner-dram)")
+    ap.add_argument("--prefill-tok-s", type=float, default=None,
+                    help="a modelled prefill: a rank waits tokens/rate for what it recomputes (0: none, the "
+                         "default of a single run; recompute here is only writing the page; --compare: 100000)")
+    ap.add_argument("--grant", default=None, help="the owners' local_reserve_grant_bytes (default 4MiB; --compare 1MiB)")
+    ap.add_argument("--compare", default=None, metavar="split,unified",
+                    help="run both on the same seeded trace at each --capacity point and print them side by side")
+    ap.add_argument("--capacity", default="25,50,75,100",
+                    help="--compare: total L2 + L3 capacity points, %% of the trace's working set")
+    ap.add_argument("--hot-share", type=float, default=0.9,
+                    help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
     a.pythonpath = str(Path(__file__).resolve().parent.parent)
+    a.quiet = bool(a.compare)  # --compare prints its own progress
+    if a.compare:
+        return compare(a)
+    a.prefill_tok_s = a.prefill_tok_s or 0.0
+    a.grant = a.grant or "4MiB"
+    run = run_once(a)
+    if a.json:
+        print(json.dumps(run["report"], indent=1))
+        return 0 if run["ok"] else 1
+    print_report(a, run)
+    return 0 if run["ok"] else 1
 
+
+def working_set_pages(a) -> int:
+    """Distinct pages of the seeded trace, per rank: what a cache must hold to miss only first sights."""
+    seen = set()
+    pt = a.page_tokens
+    for _turn, batch in Requests(a).rounds():
+        for _sid, _inst, tokens, _out in batch:
+            prev = ""
+            for p in range(len(tokens) // pt):
+                prev = page_hash(prev, tokens[p * pt:(p + 1) * pt])
+                seen.add(prev)
+    return len(seen)
+
+
+def _bytes(size) -> int:
+    size = str(size)
+    for u, m in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
+        if size.endswith(u):
+            return int(float(size[:-len(u)]) * m)
+    return int(size)
+
+
+def summarize(a, run) -> dict:
+    """The design's P2 list for one run: throughput, hits by tier, where remote pages came from,
+    replica and demotion work, physical against single-copy logical bytes, slots, errors."""
+    r0, results = run["r0"], run["results"]
+    t, ms, ctr = r0["totals"], r0["master_stats"], r0["counters"]
+    tok = max(1, t["tokens"])
+    page_bytes = a.page_tokens * a.item_bytes
+    host = [r["host_pool"] for r in results if r["host_pool"]]
+    slots = {}
+    for o in run["owners"]:
+        for k, v in o["slots"].items():
+            slots[k] = slots.get(k, 0) + v
+    used = sum(v for k, v in slots.items() if k != "free")
+    physical = used * page_bytes + sum(h["pages"] for h in host) * page_bytes
+    logical = (ms.get("routes", 0) + sum(h["not_in_store"] for h in host)) * page_bytes
+    errors = run["verify_failures"] + ctr["backup_failed"] + ctr["backup_write_failed"] + ctr["restore_failed"]
+    return {"mode": a.mode, "req_s": t["requests"] / t["seconds"], "seconds": t["seconds"],
+            "l1": 100 * t["l1"] / tok, "l2": 100 * t["l2"] / tok, "l3": 100 * t["l3"] / tok,
+            "total": 100 * (t["l1"] + t["l2"] + t["l3"]) / tok, "recomputed": t["recomputed"],
+            "l3_joined_pages": t["l3_joined"], "l3_leader_pages": t["l3_leader"],
+            "remote_gets": ms.get("get_started_total", 0), "replica_tasks": ms.get("replica_tasks_assigned_total", 0),
+            "writeback_tasks": ms.get("writeback_tasks_total", 0), "demoted_keys": ms.get("demoted_keys_total", 0),
+            "physical_bytes": physical, "logical_bytes": logical, "slots_used": used,
+            "slots_free": slots.get("free", 0), "host_pool_evictions": sum(h["evicted"] for h in host),
+            "errors": errors, "reconciled": run["reconciled"]}
+
+
+def compare(a) -> int:
+    """--compare split,unified: the same seeded trace at each capacity point, both ways (P2, P3). The
+    capacity C is the L2 + L3 bytes, counted alike: split = the ranks' host pools (C/2, plain LRUs)
+    + one store (C/2) that keeps its own copy of what L2 writes through to it; unified = the
+    instance owners (C/2 together, hot-tier write-back and single-copy demotion) + one CPU owner
+    (C/2). L1 (each rank's GPU pool) is the same in both."""
+    modes = [m.strip() for m in a.compare.split(",") if m.strip()]
+    if not modes or any(m not in ("split", "unified") for m in modes):
+        raise SystemExit("workload: --compare takes split, unified or both (split,unified)")
+    if a.config or a.remote_cache or a.hot_writeback or a.replica_policy not in (None, "none"):
+        raise SystemExit("workload: --compare sets the cluster itself: no --config, --remote-cache, --hot-writeback "
+                         "or --replica-policy")
+    try:
+        points = [float(x) for x in a.capacity.split(",")]
+    except ValueError:
+        raise SystemExit(f"workload: --capacity: not a list of percentages: {a.capacity!r}")
+    if not points or any(p <= 0 for p in points):
+        raise SystemExit("workload: --capacity: percentages must be > 0")
+    if not 0 < a.hot_share < 1:
+        raise SystemExit("workload: --hot-share must be in (0, 1)")
+    a.prefill_tok_s = 100000.0 if a.prefill_tok_s is None else a.prefill_tok_s
+    a.grant = a.grant or "1MiB"
+    grant = _bytes(a.grant)
+    page_bytes = a.page_tokens * a.item_bytes
+    ws_pages = working_set_pages(a)
+    ws = ws_pages * page_bytes * a.tp
+    if not a.json:
+        print(f"trace: {a.sessions} sessions x {a.turns} turns, {a.instances} instance(s) x TP {a.tp}, seed {a.seed}; "
+              f"working set {ws_pages} pages per rank = {ws / 2**20:.1f} MiB; L1 {a.gpu_pages} pages per rank; "
+              f"prefill modelled at {a.prefill_tok_s:.0f} tokens/s per rank")
+    rows = []
+    base_prefix = a.key_prefix
+    for point in points:
+        total = ws * point / 100
+        l3 = int(total / 2) // grant * grant
+        l2_owner = int(total / 2 / a.instances) // grant * grant
+        if l3 < grant or l2_owner < grant:
+            raise SystemExit(f"workload: --capacity {point}%: {total / 2**20:.1f} MiB leaves an owner less than one "
+                             f"grant ({a.grant}); raise the capacity, --item-bytes or lower --grant")
+        for mode in modes:
+            b = argparse.Namespace(**vars(a))
+            b.mode, b.compare, b.key_prefix = mode, None, f"{base_prefix}c{point}{mode}"
+            b.replica_policy = "none"
+            if mode == "split":
+                b.l2_pages = l2_owner // a.tp // page_bytes
+                b.store_dram, b.remote_cache, b.hot_writeback = str(l3), 0, 0.0
+            else:
+                b.owner_dram, b.remote_cache, b.remote_cache_dram = str(l2_owner), 1, str(l3)
+                b.hot_writeback = a.hot_share
+            if not a.json:
+                print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
+            row = summarize(b, run_once(b))
+            row.update({"capacity_pct": point, "capacity_bytes": l3 + l2_owner * a.instances, "l3_bytes": l3,
+                        "l2_bytes": l2_owner * a.instances})
+            rows.append(row)
+            if not a.json:
+                print(f" {row['total']:.1f}% hits, {row['req_s']:.1f} req/s")
+    ok = all(r["errors"] == 0 and r["reconciled"] for r in rows)
+    if a.json:
+        print(json.dumps({"config": {k: v for k, v in vars(a).items() if k != "pythonpath"},
+                          "working_set_bytes": ws, "rows": rows}, indent=1))
+        return 0 if ok else 1
+    print()
+    print(f"{'cap%':>5} {'MiB':>6} {'mode':>8} {'req/s':>7} {'L1%':>5} {'L2%':>5} {'L3%':>5} {'total%':>6} "
+          f"{'joined':>6} {'leader':>6} {'rgets':>6} {'repl':>5} {'wback':>5} {'demoted':>7} {'phys MB':>7} "
+          f"{'logic MB':>8} {'slots used/free':>15} {'err':>3}")
+    for r in rows:
+        print(f"{r['capacity_pct']:5g} {r['capacity_bytes'] / 2**20:6.1f} {r['mode']:>8} {r['req_s']:7.1f} "
+              f"{r['l1']:5.1f} {r['l2']:5.1f} {r['l3']:5.1f} {r['total']:6.1f} {r['l3_joined_pages']:6d} "
+              f"{r['l3_leader_pages']:6d} {r['remote_gets']:6d} {r['replica_tasks']:5d} {r['writeback_tasks']:5d} "
+              f"{r['demoted_keys']:7d} {r['physical_bytes'] / 1e6:7.1f} {r['logical_bytes'] / 1e6:8.1f} "
+              f"{str(r['slots_used']) + '/' + str(r['slots_free']):>15} {r['errors']:3d}"
+              f"{'' if r['reconciled'] else ' S4 NOT RECONCILED'}")
+    if set(modes) == {"split", "unified"}:
+        for point in points:
+            sp = next(r for r in rows if r["capacity_pct"] == point and r["mode"] == "split")
+            un = next(r for r in rows if r["capacity_pct"] == point and r["mode"] == "unified")
+            print(f"  {point:g}%: unified - split = {un['total'] - sp['total']:+.1f} points of total hits, "
+                  f"req/s x{un['req_s'] / max(1e-9, sp['req_s']):.2f}, single-copy logical bytes "
+                  f"x{un['logical_bytes'] / max(1, sp['logical_bytes']):.2f}")
+    return 0 if ok else 1
+
+
+def owner_page(port: int, timeout: float = 10.0) -> str:
+    """An owner's /metrics page refreshed after this call began (it counts each refresh last)."""
+    import urllib.request
+
+    def get():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def refreshes(page):
+        for line in page.splitlines():
+            if line.startswith("fluxon_owner_metrics_refreshes_total "):
+                return float(line.split()[-1])
+        return 0.0
+    seen = refreshes(get())
+    end = time.time() + timeout
+    page = ""
+    while time.time() < end:
+        time.sleep(0.05)
+        page = get()
+        if refreshes(page) > seen:
+            break
+    return page
+
+
+def slot_counts(page: str) -> dict:
+    """Slots by state from an owner's page: fluxon_owner_slots{state="..."}."""
+    out = {}
+    for line in page.splitlines():
+        if line.startswith('fluxon_owner_slots{state="'):
+            state = line.split('"')[1]
+            out[state] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def run_once(a):
+    """One run: the private cluster (or --config's), the rank processes, their results added up."""
     if a.replica_policy is None:
         a.replica_policy = "eager" if a.remote_cache > 0 else "none"
     if a.instances < 1 or not 0 <= a.migrate <= 1:
         raise SystemExit("workload: --instances must be >= 1 and --migrate in [0, 1]")
+    split = a.mode == "split"
+    if split and (a.remote_cache or a.hot_writeback or a.config):
+        raise SystemExit("workload: --mode split has its own L3 store: no --remote-cache, --hot-writeback or --config")
+    if split and a.l2_pages <= 0:
+        raise SystemExit("workload: --mode split needs --l2-pages (each rank's host pool)")
     cluster = None
+    metrics_ports = []  # (what, port) of each private owner
     if a.config:
         if a.instances > 1 or a.remote_cache:
             raise SystemExit("workload: --config serves one instance; --instances/--remote-cache need the private cluster")
         client_confs = [a.config]
-    elif (a.tp == 1 and a.instances == 1 and a.remote_cache == 0 and not a.hot_writeback
+    elif (not split and a.tp == 1 and a.instances == 1 and a.remote_cache == 0 and not a.hot_writeback
           and a.eviction_free_watermark is None):
         client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
-                                     "local_reserve_grant_bytes": "4MiB"}]}]
+                                     "local_reserve_grant_bytes": a.grant}]}]
     else:
         tmp = Path(tempfile.mkdtemp(prefix="fluxon-workload-"))
         mport = free_port()
-        oports = [free_port() for _ in range(a.instances)]
+        # split: one owner, the L3 store every instance writes through to; unified: an owner per instance
+        oports = [free_port() for _ in range(1 if split else a.instances)]
         cfg = tmp / "cluster.yaml"
         text = f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\nowners:\n"
         for i, op in enumerate(oports):
             hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
             if a.eviction_free_watermark is not None:
                 hot += f", eviction_free_watermark: {a.eviction_free_watermark}"
-            text += (f"  - {{node_id: {i + 1}, port: {op}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
-                     f" local_reserve_grant_bytes: 4MiB{hot}}}\n")
+            mp_ = free_port()
+            metrics_ports.append(("store" if split else f"instance {i}", mp_))
+            dram = (a.store_dram or a.owner_dram) if split else a.owner_dram
+            text += (f"  - {{node_id: {i + 1}, port: {op}, metrics_port: {mp_}, contribute_to_cluster_pool_size:"
+                     f" {{dram: {dram}}}, local_reserve_grant_bytes: {a.grant}{hot}}}\n")
         rc_dram = a.remote_cache_dram or _double(a.owner_dram)
         for j in range(a.remote_cache):
-            text += (f"  - {{node_id: {a.instances + j + 1}, role: remote_cache, port: {free_port()},"
-                     f" contribute_to_cluster_pool_size: {{dram: {rc_dram}}}, local_reserve_grant_bytes: 4MiB}}\n")
+            mp_ = free_port()
+            metrics_ports.append((f"cpu owner {j}", mp_))
+            text += (f"  - {{node_id: {len(oports) + j + 1}, role: remote_cache, port: {free_port()},"
+                     f" metrics_port: {mp_}, contribute_to_cluster_pool_size: {{dram: {rc_dram}}},"
+                     f" local_reserve_grant_bytes: {a.grant}}}\n")
         cfg.write_text(text)
         fb = find_fluxon_bin()
         subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)
         cluster = (fb, cfg)
-        client_confs = [{"client": {"owner_address": f"127.0.0.1:{op}"}} for op in oports]
+        client_confs = [{"client": {"owner_address": f"127.0.0.1:{oports[0 if split else i]}"}}
+                        for i in range(a.instances)]
+    owners = []
     try:
         ctx = mp.get_context("spawn")
         round_barrier = ctx.Barrier(a.tp * a.instances)
@@ -476,6 +749,8 @@ def main(argv=None):
         results.sort(key=lambda x: (x["instance"], x["rank"]))
         for p in procs:
             p.join()
+        for what, port in metrics_ports:
+            owners.append({"owner": what, "slots": slot_counts(owner_page(port))})
     finally:
         if cluster:
             subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
@@ -489,18 +764,25 @@ def main(argv=None):
                              for k in leads[0]["rounds"][i]})
     r0["latency_us"] = leads[0]["latency_us"]
     r0["counters"] = {k: sum(x["counters"][k] for x in leads) for k in leads[0]["counters"]}
-    r0["owner_stats"] = {k: sum(x["owner_stats"][k] for x in leads) for k in leads[0]["owner_stats"]}
+    # Split: every instance is attached to the one store, whose state each lead saw: count it once.
+    r0["owner_stats"] = leads[0]["owner_stats"] if split else \
+        {k: sum(x["owner_stats"][k] for x in leads) for k in leads[0]["owner_stats"]}
     r0["master_stats"] = leads[0]["master_stats"]
-    t = r0["totals"]
+    st = r0["owner_stats"]
+    # S4, to the byte: every selected byte's reclaim ended (or is still pending, said so).
+    reconciled = st.get("evicted_bytes_total", 0) == sum(
+        st.get(f"reclaim_{e}_bytes_total", 0) for e in ("committed", "restored", "obsolete")) + \
+        st.get("pending_eviction_reclaim_bytes", 0)
+    bad = sum(r["totals"]["verify_failures"] for r in results)
     report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results,
-              "totals": t, "rounds": r0["rounds"], "master": r0["master_stats"]}
-    if a.json:
-        print(json.dumps(report, indent=1))
-        st = r0["owner_stats"]
-        reconciled = st.get("evicted_bytes_total", 0) == sum(
-            st.get(f"reclaim_{e}_bytes_total", 0) for e in ("committed", "restored", "obsolete")) + \
-            st.get("pending_eviction_reclaim_bytes", 0)
-        return 0 if reconciled and all(r["totals"]["verify_failures"] == 0 for r in results) else 1
+              "totals": r0["totals"], "rounds": r0["rounds"], "master": r0["master_stats"], "owners": owners}
+    return {"report": report, "r0": r0, "results": results, "owners": owners, "reconciled": reconciled,
+            "verify_failures": bad, "ok": reconciled and bad == 0}
+
+
+def print_report(a, run):
+    r0, results, reconciled = run["r0"], run["results"], run["reconciled"]
+    t = r0["totals"]
     print()
     print(f"{'round':>5} {'reqs':>5} {'tokens':>9} {'L1%':>6} {'L2%':>6} {'L3%':>6} {'total%':>7} "
           f"{'recomp':>8} {'backup MB':>10} {'restore MB':>11} {'req/s':>7}")
@@ -519,7 +801,7 @@ def main(argv=None):
     for k, v in r0["latency_us"].items():
         note = "  (observed at the next scheduler poll)" if k == "commit_to_future" else ""
         print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls, instance 0 rank 0){note}")
-    bad = sum(r["totals"]["verify_failures"] for r in results)
+    bad = run["verify_failures"]
     mism = [r["counters"]["tp_mismatch_retry"] for r in results]
     st = r0["owner_stats"]
     ctr = r0["counters"]
@@ -537,11 +819,7 @@ def main(argv=None):
           f"{ms.get('removed_last_copy_total', 0)} last copies; write-back tasks "
           f"{ms.get('writeback_tasks_total', 0)}, backed {ms.get('writeback_backed_total', 0)}, demoted keys "
           f"{ms.get('demoted_keys_total', 0)}, demotions refused {ms.get('demote_kept_total', 0)}")
-    # S4, to the byte: every selected byte's reclaim ended (or is still pending, said so).
-    ended = st.get("reclaim_committed_bytes_total", 0) + st.get("reclaim_restored_bytes_total", 0) + \
-        st.get("reclaim_obsolete_bytes_total", 0)
     pending = st.get("pending_eviction_reclaim_bytes", 0)
-    reconciled = st.get("evicted_bytes_total", 0) == ended + pending
     print(f"  evictions (S4): {st.get('evicted_keys_total', 0)} keys / {st.get('evicted_bytes_total', 0)} bytes selected"
           f" = committed {st.get('reclaim_committed_bytes_total', 0)} + restored {st.get('reclaim_restored_bytes_total', 0)}"
           f" + obsolete {st.get('reclaim_obsolete_bytes_total', 0)} + pending {pending} bytes"
@@ -555,8 +833,6 @@ def main(argv=None):
           f" fences left {ms.get('reclaim_fences', 0)}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
-    return 0 if bad == 0 and reconciled else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -233,5 +236,60 @@ TEST_CASE("hostless round trip through KvClient: put_start, backup kernel, commi
       for (int64_t p : gpu.pages)
         CHECK(std::memcmp(h.data() + p * L.chunk_bytes(), orig.data() + p * L.chunk_bytes(), L.chunk_bytes()) == 0);
     }
+  cudaStreamDestroy(s);
+}
+
+namespace {
+// A host function on a stream that holds the stream until `open` is set (or a watchdog opens it).
+struct Gate {
+  std::atomic<bool> open{false};
+  static void CUDART_CB hold(void* p) {
+    auto* g = static_cast<Gate*>(p);
+    while (!g->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+};
+}  // namespace
+
+TEST_CASE("one copier queues every layer's restore at once: no host wait on an earlier call's copy") {
+  KvLayout L{ValueLayout::kPageFirst, 64, 16, 4 * 64 * 2};
+  const size_t n = 24;
+  Bench b(L, 64, n, 4242);
+  GpuCopier g;
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreate(&s));
+  Gate gate;
+  CUDA_OK(cudaLaunchHostFunc(s, &Gate::hold, &gate));  // nothing on `s` runs until the gate opens
+  std::atomic<bool> watchdog_fired{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 500 && !gate.open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!gate.open.exchange(true)) watchdog_fired = true;
+  });
+  for (uint32_t layer = 0; layer < L.layer_num; ++layer)
+    REQUIRE(g.restore_pages_from_values(b.copy(true, int(layer)), s).is_ok());
+  // Every call returned while the stream was still held: none waited for another's upload.
+  const bool queued_while_held = !gate.open.exchange(true);
+  watchdog.join();
+  CHECK(queued_while_held);
+  CHECK_FALSE(watchdog_fired.load());
+  CUDA_OK(cudaStreamSynchronize(s));
+  REQUIRE(copy_pages_cpu(Direction::kRestore, b.copy(false)).is_ok());
+  CHECK(b.gpu_equals_host());
+  // More calls than the copier keeps workspaces for, on two streams, all reused correctly.
+  cudaStream_t s2;
+  CUDA_OK(cudaStreamCreate(&s2));
+  std::mt19937_64 rng(99);
+  for (int round = 0; round < 5; ++round) {
+    for (size_t i = 0; i < n; ++i) {
+      auto* p = reinterpret_cast<uint8_t*>(b.blob[2 + i]);
+      for (uint64_t k = 0; k < L.value_bytes(); ++k) p[k] = uint8_t(rng());
+    }
+    for (uint32_t layer = 0; layer < L.layer_num; ++layer)
+      REQUIRE(g.restore_pages_from_values(b.copy(true, int(layer)), layer % 2 ? s2 : s).is_ok());
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaStreamSynchronize(s2));
+    REQUIRE(copy_pages_cpu(Direction::kRestore, b.copy(false)).is_ok());
+    CHECK(b.gpu_equals_host());
+  }
+  cudaStreamDestroy(s2);
   cudaStreamDestroy(s);
 }

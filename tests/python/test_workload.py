@@ -85,3 +85,35 @@ def test_workload_with_a_remote_cache_owner_makes_replicas():
     assert m["replicas"] >= m["routes"] + m["replica_tasks_assigned_total"] * 0.9  # the copies are there
     assert m["inflight_gets"] == 0
     assert all(r["totals"]["verify_failures"] == 0 for r in rep["ranks"])
+
+
+def test_workload_compare_split_and_unified_on_one_trace():
+    """--compare: the same seeded trace through split (each rank's host LRU + a store that keeps its own
+    copies) and unified (Fluxon owners + a CPU owner, write-back and single-copy demotion) at one
+    capacity; the same L1 in both (identical hits there), every restore verified, S4 reconciled; split
+    keeps duplicate copies (physical > single-copy bytes), unified drops the source copies it wrote back."""
+    out = run("--sessions", "12", "--turns", "4", "--gpu-pages", "128", "--compare", "split,unified",
+              "--capacity", "50", "--grant", "256KiB", "--prefill-tok-s", "0", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    sp, un = rep["rows"]
+    assert (sp["mode"], un["mode"]) == ("split", "unified")
+    assert sp["capacity_bytes"] == un["capacity_bytes"] and sp["l3_bytes"] == un["l3_bytes"]
+    assert sp["l1"] == un["l1"]  # one trace, one L1: what the tiers below do cannot change L1 hits
+    for r in (sp, un):
+        assert r["errors"] == 0 and r["reconciled"]
+        assert r["l2"] > 0 and r["l3"] > 0
+    assert sp["host_pool_evictions"] > 0  # the host pool was under pressure
+    assert sp["demoted_keys"] == 0 and sp["writeback_tasks"] == 0
+    assert un["writeback_tasks"] > 0 and un["demoted_keys"] > 0
+    assert sp["physical_bytes"] > sp["logical_bytes"]  # split: the store's copies of what L2 holds
+    assert un["physical_bytes"] / un["logical_bytes"] < sp["physical_bytes"] / sp["logical_bytes"]
+
+
+def test_workload_compare_refuses_what_it_sets_itself():
+    out = run("--compare", "split,unified", "--remote-cache", "1")
+    assert out.returncode != 0 and "--compare sets the cluster itself" in out.stderr
+    out = run("--compare", "split,both")
+    assert out.returncode != 0 and "--compare takes split, unified" in out.stderr
+    out = run("--compare", "split", "--capacity", "0.001", "--sessions", "2", "--turns", "1")
+    assert out.returncode != 0 and "less than one grant" in out.stderr

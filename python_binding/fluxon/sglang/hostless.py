@@ -45,6 +45,7 @@ class RestoreResult:
     plan_ptr: Optional[int]
     reason: str  # "hit", "miss", "tp_mismatch", "gate_rejected"
     remote_pages: int = 0  # of restored_pages, fetched from a remote owner (L3); the rest were local (L2)
+    joined_pages: int = 0  # of remote_pages, joined to a fetch another call had started (in flight)
 
 
 class HostlessBackend:
@@ -190,8 +191,9 @@ class HostlessBackend:
                 self.client.release_views(plan)
             self.counters["gate_rejected"] += 1
             return RestoreResult(0, None, "gate_rejected")
-        remote = n - r.sources[:n].count(0) if len(r.sources) >= n else 0
-        return RestoreResult(n, plan, "hit", remote)
+        src = r.sources[:n] if len(r.sources) >= n else b""
+        remote = n - src.count(0) if src else 0
+        return RestoreResult(n, plan, "hit", remote, src.count(1) if src else 0)
 
     def finish_restore(self, result: RestoreResult, restore_values: Callable[[int], None],
                        rollback: Optional[Callable[[], None]] = None) -> bool:
