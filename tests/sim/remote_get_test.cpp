@@ -480,9 +480,10 @@ TEST_CASE("an owner alone in its cluster answers misses without the master, with
 
 namespace {
 Envelope put_opts(sim::Cluster& c, int o, uint64_t s, std::vector<std::string> keys, bool make_replica,
-                  bool write_through, std::vector<bool> mask = {}) {
+                  bool write_through, std::vector<bool> mask = {}, std::vector<std::string> parents = {}) {
   wire::PutStartReqT p;
   p.keys = keys;
+  p.radix_parent_keys = std::move(parents);
   p.value_len = 4096;
   p.make_replica_task = make_replica;
   p.write_through = write_through;
@@ -522,6 +523,21 @@ TEST_CASE("replica tasks: !write_through && make_replica_task && mask[i] puts a 
   REQUIRE(g.body.AsGetStartReply()->local_keys == 1);
   CHECK(c.read(2, g.body.AsGetStartReply()->offsets[0]) == pattern("rep-a0", 4096));
   release_all(c, 2, s2, *g.body.AsGetStartReply());
+  check_quiet(c);
+}
+
+TEST_CASE("replica tasks carry the prefix chain: the remote_cache owner's copies continue the same pages as their sources") {
+  sim::Cluster c(seed_from_env(205), small_owner(), 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  // Two puts of one chain: ch0 <- ch1 <- ch2 (the second put continues the first's last page).
+  put_opts(c, 0, s, {"ch0", "ch1"}, true, false, {}, {"", "ch0"});
+  put_opts(c, 0, s, {"ch2"}, true, false, {}, {"ch1"});
+  REQUIRE(c.run_until([&] { return c.owner(1).counters().replica_done_total == 3; }, 20000));
+  CHECK(c.owner(0).prefix_parent("ch1") == "ch0");
+  CHECK(c.owner(1).prefix_parent("ch0") == "");
+  CHECK(c.owner(1).prefix_parent("ch1") == "ch0");
+  CHECK(c.owner(1).prefix_parent("ch2") == "ch1");
   check_quiet(c);
 }
 

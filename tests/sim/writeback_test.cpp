@@ -156,12 +156,19 @@ OwnerConfig hot_owner(bool demote) {
 }
 
 // 40 puts of 2 atomic groups of 5 keys on owner 0 (node 1), bytes written; returns the groups.
-std::vector<std::vector<std::string>> fill(sim::Cluster& c, uint64_t s) {
+// 40 puts of two groups of 5; `chains`: every 4 puts are one prefix chain (radix_parent_keys).
+std::vector<std::vector<std::string>> fill(sim::Cluster& c, uint64_t s, bool chains = false) {
   std::vector<std::vector<std::string>> groups;
+  std::string last;
   for (int p = 0; p < 40; ++p) {
-    std::vector<std::string> keys;
-    for (int i = 0; i < 10; ++i) keys.push_back("wb-" + std::to_string(p) + "-" + std::to_string(i));
-    auto r = put_start(c, 0, s, keys, 4096, {5, 5});
+    std::vector<std::string> keys, parents;
+    if (p % 4 == 0) last.clear();
+    for (int i = 0; i < 10; ++i) {
+      keys.push_back("wb-" + std::to_string(p) + "-" + std::to_string(i));
+      parents.push_back(last);
+      last = keys.back();
+    }
+    auto r = put_start(c, 0, s, keys, 4096, {5, 5}, chains ? parents : std::vector<std::string>{});
     auto* ps = r.body.AsPutStartReply();
     REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
     for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], wpattern(keys[i]));
@@ -231,6 +238,27 @@ TEST_CASE("owner-hot write-back: evicted cohorts get a copy on the remote_cache 
   REQUIRE(t.body.AsGetTransferReply());
   CHECK(c.read(0, t.body.AsGetTransferReply()->offsets[0]) == wpattern(groups.front().front()));
   CHECK(c.read(0, t.body.AsGetTransferReply()->offsets[1]) == wpattern(groups.back().back()));
+}
+
+TEST_CASE("owner-hot write-back carries the prefix chain: demoted pages on the remote_cache owner continue the same pages") {
+  sim::Cluster c(seed_from_env(305), hot_owner(true), 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  const auto groups = fill(c, s, /*chains=*/true);
+  REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().demoted_keys_total > 0; },
+                      60000));
+  c.run_for(200);
+  size_t checked = 0;
+  for (int p = 0; p < 40; ++p)
+    for (int i = 0; i < 10; ++i) {
+      const std::string k = "wb-" + std::to_string(p) + "-" + std::to_string(i);
+      if (c.owner(1).local_state(k) != 2) continue;
+      const std::string want = i > 0 ? "wb-" + std::to_string(p) + "-" + std::to_string(i - 1)
+                               : p % 4 ? "wb-" + std::to_string(p - 1) + "-9" : std::string();
+      CHECK_MESSAGE(c.owner(1).prefix_parent(k) == want, k);
+      ++checked;
+    }
+  CHECK(checked >= 200);  // most of the 400 keys went to the target
 }
 
 TEST_CASE("owner-hot write-back without demotion: both copies stay (inclusive write-back)") {

@@ -174,13 +174,16 @@ void GetFlights::flush(Millis now, Outbox& out) {
   queue_job(std::move(job), now, out);
 }
 
-std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& keys, Millis now, Outbox& out) {
+std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& keys,
+                                             const std::vector<std::string>& parents, Millis now, Outbox& out) {
   Job start{Job::Kind::kStart, {}, {}, {}, 0};
   std::vector<uint64_t> ids;
   if (keys.empty()) return ids;
   const uint64_t batch = s_.new_local_id();
-  for (const auto& key : keys) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string& key = keys[i];
     const uint64_t fid = new_flight(key, batch, uint32_t(start.keys.size()), /*wanted=*/true);
+    if (i < parents.size()) flights_.at(fid).parent = parents[i];
     ids.push_back(fid);
     start.get_ids.push_back(fid);
     start.keys.push_back(key);

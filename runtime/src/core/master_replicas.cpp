@@ -41,7 +41,7 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
     auto t = writeback_tasks_.find(item->key);
     if (t == writeback_tasks_.end() || !(t->second.first == v) || now >= t->second.second) {
       if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
-      replica_queue_.push_back(ReplicaTask{item->key, v, req.node_id});
+      replica_queue_.push_back(ReplicaTask{item->key, v, req.node_id, item->parent});
       writeback_tasks_[item->key] = {v, now + kWriteBackTaskMs};
       writeback_order_.emplace_back(now + kWriteBackTaskMs, item->key);
       counters_.writeback_tasks_total++;
@@ -72,6 +72,7 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
   LastPoll& last = last_poll_[req.node_id];
   if (req.poll_id != 0 && last.poll_id == req.poll_id && last.generation == req.generation) {
     rep.keys = last.keys;  // T1: the reply was lost; the same tasks again
+    rep.parents = last.parents;
     return make_envelope(std::move(rep));
   }
   while (!replica_queue_.empty() && rep.keys.size() < req.max) {
@@ -85,10 +86,11 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
       continue;
     }
     rep.keys.push_back(std::move(t.key));
+    rep.parents.push_back(std::move(t.parent));
     replica_targets_[req.node_id]++;
     counters_.replica_tasks_assigned_total++;
   }
-  last = LastPoll{req.generation, req.poll_id, rep.keys};
+  last = LastPoll{req.generation, req.poll_id, rep.keys, rep.parents};
   return make_envelope(std::move(rep));
 }
 

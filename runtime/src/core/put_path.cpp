@@ -221,6 +221,7 @@ void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
     if (i < job.replica.size()) item->replica = job.replica[i];
     item->group = job.groups[i];
     item->slot_size = s_.pool.slot_size(job.slots[i]);
+    if (const std::string* parent = s_.local.parent_of(job.keys[i])) item->parent = *parent;
     if (!job.origins.empty()) {
       item->origin_node = job.origins[i].origin_node;
       item->origin_generation = job.origins[i].origin_generation;

@@ -7,7 +7,7 @@ namespace fluxon {
 void ReplicaPuller::poll(Millis now, Outbox& out, const std::function<bool(const std::string&)>& putting) {
   if (!s_.replica_target || s_.alone()) return;  // not a target role, or alone
   const size_t limit = s_.cfg.replica_task_max_inflight;
-  std::vector<std::string> due;
+  std::vector<Task> due;
   for (auto it = retry_.begin(); it != retry_.end() && flights_.size() + due.size() < limit;) {
     if (it->first > now) {
       ++it;
@@ -16,7 +16,7 @@ void ReplicaPuller::poll(Millis now, Outbox& out, const std::function<bool(const
     due.push_back(std::move(it->second));
     it = retry_.erase(it);
   }
-  if (!due.empty()) start(due, now, out, putting);
+  if (!due.empty()) start(std::move(due), now, out, putting);
   if (poll_id_ != 0) {  // unanswered: the same poll again, the master answers it the same way
     if (now - poll_sent_ >= Millis(s_.cfg.publish_retry_ms)) send_poll(now, out);
     return;
@@ -55,23 +55,30 @@ bool ReplicaPuller::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox
   if (rp->keys.empty()) return true;
   next_poll_ = now;  // there may be more: ask again at the next tick
   s_.counters.replica_tasks_received_total += rp->keys.size();
-  start(rp->keys, now, out, putting);
+  std::vector<Task> tasks;
+  tasks.reserve(rp->keys.size());
+  for (size_t i = 0; i < rp->keys.size(); ++i)
+    tasks.push_back(Task{std::move(rp->keys[i]), i < rp->parents.size() ? std::move(rp->parents[i]) : std::string()});
+  start(std::move(tasks), now, out, putting);
   return true;
 }
 
-void ReplicaPuller::start(const std::vector<std::string>& keys, Millis now, Outbox& out,
+void ReplicaPuller::start(std::vector<Task> tasks, Millis now, Outbox& out,
                           const std::function<bool(const std::string&)>& putting) {
-  std::vector<std::string> fetch;
-  for (const auto& key : keys) {
-    if (s_.local.contains(key) || gets_.fetching(key) || putting(key)) {
+  std::vector<std::string> fetch, parents;
+  std::vector<Task> kept;
+  for (auto& t : tasks) {
+    if (s_.local.contains(t.key) || gets_.fetching(t.key) || putting(t.key)) {
       s_.counters.replica_tasks_skipped_total++;  // here already, or on its way
       continue;
     }
-    fetch.push_back(key);
+    fetch.push_back(t.key);
+    parents.push_back(t.parent);
+    kept.push_back(std::move(t));
   }
   // The flights hold their interest for the task until they are terminal (settle drops it).
-  const auto ids = gets_.start_held(fetch, now, out);
-  for (size_t i = 0; i < ids.size(); ++i) flights_.emplace(ids[i], fetch[i]);
+  const auto ids = gets_.start_held(fetch, parents, now, out);
+  for (size_t i = 0; i < ids.size(); ++i) flights_.emplace(ids[i], std::move(kept[i]));
 }
 
 void ReplicaPuller::settle(Millis now, Outbox& out) {
@@ -82,14 +89,15 @@ void ReplicaPuller::settle(Millis now, Outbox& out) {
   }
   for (uint64_t fid : done) {
     auto rf = flights_.find(fid);
-    const std::string key = std::move(rf->second);
+    Task task = std::move(rf->second);
+    const std::string& key = task.key;
     flights_.erase(rf);
     if (gets_.phase(fid) == GetFlights::Phase::kReady) {
       s_.counters.replica_done_total++;
       attempts_.erase(key);
     } else if (const uint32_t n = ++attempts_[key]; n < kAttempts && retry_.size() < s_.cfg.limits.replica_retries) {
       s_.counters.replica_retries_total++;  // 0.5 s, then 1 s later
-      retry_.emplace_back(now + 500 * Millis(n), key);
+      retry_.emplace_back(now + 500 * Millis(n), std::move(task));
     } else {
       if (n < kAttempts) s_.counters.replica_retries_full_total++;
       s_.counters.replica_failed_total++;

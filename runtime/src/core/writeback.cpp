@@ -64,9 +64,12 @@ void WriteBack::send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox
   for (uint64_t id : jobs) {
     Job& job = jobs_.at(id);
     batch.jobs.emplace_back(id, job.keys.size());
-    for (size_t i = 0; i < job.keys.size(); ++i)
-      w.items.push_back(std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{
-          {}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation, job.versions[i].put_id}));
+    for (size_t i = 0; i < job.keys.size(); ++i) {
+      const std::string* parent = s_.local.parent_of(job.keys[i]);
+      w.items.push_back(std::make_unique<wire::WriteBackItemT>(
+          wire::WriteBackItemT{{}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation,
+                               job.versions[i].put_id, parent ? *parent : std::string()}));
+    }
     jobs_.schedule(id, now + s_.cfg.publish_retry_ms);
   }
   s_.counters.writeback_requests_total++;

@@ -73,8 +73,10 @@ class GetFlights {
   bool fetching(const std::string& key) const { return flight_of_.count(key) != 0; }
 
   // Flights started for others (replica tasks): wanted at once, each key its own cohort, the
-  // interest held by the caller until drop_interest(). Returns the flight ids (0: skipped).
-  std::vector<uint64_t> start_held(const std::vector<std::string>& keys, Millis now, Outbox& out);
+  // interest held by the caller until drop_interest(); parents[i] ("": none) is the page before
+  // keys[i] in its prefix: the fetched copy joins that chain. Returns the flight ids.
+  std::vector<uint64_t> start_held(const std::vector<std::string>& keys, const std::vector<std::string>& parents,
+                                   Millis now, Outbox& out);
   // A flight's phase; kFailed once it is gone.
   Phase phase(uint64_t flight_id) const;
   void drop_interest(uint64_t flight_id, Millis now, Outbox& out);

@@ -157,12 +157,13 @@ class MasterCore {
     std::string key;
     Version ver;
     uint32_t source_node;
+    std::string parent;  // the page before it in its prefix ("": none), handed to the target
   };
   std::deque<ReplicaTask> replica_queue_;            // FIFO, bounded (oldest dropped when full)
   std::map<uint32_t, uint64_t> replica_targets_;     // target node -> tasks handed to it
   struct LastPoll {
     uint64_t generation = 0, poll_id = 0;
-    std::vector<std::string> keys;
+    std::vector<std::string> keys, parents;
   };
   std::map<uint32_t, LastPoll> last_poll_;           // the answer a re-sent poll gets again
   // Write-back tasks queued, per key: a re-sent WriteBack queues none again until the task had time

@@ -82,6 +82,11 @@ class OwnerCore {
   size_t reclaims_in_flight() const { return reclaim_.size(); }
   uint64_t hot_bytes() const { return s_.local.hot() ? s_.local.hot()->weighted_size() : 0; }
   bool in_hot_tier(const std::string& key) const { return s_.local.hot() && s_.local.hot()->contains(key); }
+  // The page before key in its prefix chain here ("": none known).
+  std::string prefix_parent(const std::string& key) const {
+    const std::string* p = s_.local.parent_of(key);
+    return p ? *p : std::string();
+  }
 
  private:
   using Entry = LocalIndex::Entry;

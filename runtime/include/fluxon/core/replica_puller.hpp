@@ -41,14 +41,17 @@ class ReplicaPuller {
 
  private:
   void send_poll(Millis now, Outbox& out);
-  void start(const std::vector<std::string>& keys, Millis now, Outbox& out,
-             const std::function<bool(const std::string&)>& putting);
+  // A task: the key, and the page before it in its prefix ("": none) — the copy joins that chain.
+  struct Task {
+    std::string key, parent;
+  };
+  void start(std::vector<Task> tasks, Millis now, Outbox& out, const std::function<bool(const std::string&)>& putting);
 
   OwnerShared& s_;
   GetFlights& gets_;
-  std::unordered_map<uint64_t, std::string> flights_;        // flight -> key
+  std::unordered_map<uint64_t, Task> flights_;               // flight -> its task
   std::unordered_map<std::string, uint32_t> attempts_;       // key -> failed attempts so far
-  std::deque<std::pair<Millis, std::string>> retry_;         // (when, key)
+  std::deque<std::pair<Millis, Task>> retry_;                // (when, task)
   uint64_t poll_id_ = 0;      // the poll in flight (0: none); re-sent under the same id (T1)
   uint32_t poll_max_ = 0;
   std::vector<uint64_t> poll_tokens_;
