@@ -14,10 +14,10 @@ import fluxon
 from conftest import Cluster, free_port, metric, sample, scrape, wait_metric
 
 
-def _put(c, keys, size, seed):
+def _put(c, keys, size, seed, opts=None):
     rnd = random.Random(seed)
     vals = {k: bytes(rnd.getrandbits(8) for _ in range(64)) * (size // 64) for k in keys}
-    p = c.local_fast_put_start(keys, size)
+    p = c.local_fast_put_start(keys, size, opts)
     for k, ptr in zip(keys, fluxon.plan_pointers(p)):
         ctypes.memmove(ptr, vals[k], size)
     c.local_fast_put_commit(p).result(20)
@@ -253,6 +253,49 @@ def test_owner_hot_write_back_demotes_cold_keys_to_the_remote_cache_owner(tmp_pa
         assert r.remote_keys == demoted and r.local_keys == 64 - demoted
         assert got == [vals[k] for k in keys]
         _assert_quiet(a)
+        a.close()
+    finally:
+        c.stop()
+
+
+def test_write_through_future_completes_once_the_cpu_owner_holds_the_copy(tmp_path):
+    """write_through=True is a synchronous remote placement: the future completes when a
+    remote_cache owner (replica_task_placement) holds every key — the master lists both copies by
+    then — and the key reads back from there once the GPU owner's copy is gone."""
+    c = Cluster(tmp_path, f"wt{os.getpid()}x{free_port()}", owners=2, metrics=True,
+                owner_extra=["", "role: remote_cache"]).start()
+    try:
+        a = fluxon.KvClient(c.client_config(0))
+        size = 64 << 10
+        keys = [f"wt-{i}" for i in range(16)]
+        vals = _put(a, keys, size, 5, fluxon.PutOptionalArgs(write_through=True))
+        page = scrape(c.metrics_port)  # refreshed after the future completed
+        assert sample(page, "fluxon_master_routes") == 16
+        assert sample(page, "fluxon_master_replicas") == 32  # the GPU owner's and the CPU owner's
+        assert metric(c.owner_metrics[0], "fluxon_owner_write_through_backed_total") == 1
+        # The remote copy serves the keys once the GPU owner's go (remove_prefix removes this owner's).
+        assert a.remove_prefix("wt-") == 16
+        b = fluxon.KvClient(c.client_config(0))
+        r, got = _read(b, keys, size)
+        assert r.transferable_len == 16 and r.remote_keys == 16
+        assert got == [vals[k] for k in keys]
+        _assert_quiet(b)
+        a.close()
+        b.close()
+    finally:
+        c.stop()
+
+
+def test_write_through_without_a_cpu_owner_fails_the_future_naming_the_placement(tmp_path):
+    c = Cluster(tmp_path, f"wtn{os.getpid()}x{free_port()}", owners=2).start()
+    try:
+        a = fluxon.KvClient(c.client_config(0))
+        with pytest.raises(fluxon.NoSpace) as e:
+            _put(a, ["wtn-0"], 4096, 1, fluxon.PutOptionalArgs(write_through=True))
+        assert "no owner of a target role" in str(e.value) and "remote_only_node_roles" in str(e.value)
+        # Published here and readable: only the remote copy is missing.
+        r, _ = _read(a, ["wtn-0"], 4096)
+        assert r.transferable_len == 1 and r.local_keys == 1
         a.close()
     finally:
         c.stop()

@@ -37,6 +37,9 @@ struct Chaos {
   std::vector<uint64_t> sessions;                                   // per GPU owner
   uint64_t version = 1, reads = 0, read_keys = 0, put_ok = 0, put_failed = 0, bad = 0, crashes = 0;
   std::map<std::string, uint64_t> refusals;
+  // write_through puts committed, per (owner, session): their futures must all end (PutLive).
+  std::map<std::pair<int, uint64_t>, std::set<uint64_t>> write_through;
+  uint64_t write_through_ok = 0, write_through_failed = 0;
 
   Chaos(sim::Cluster& cluster, uint64_t seed) : c(cluster), rng(seed) {
     for (int i = 0; i < 3000; ++i) keys.push_back("chaos-" + std::to_string(i));
@@ -60,7 +63,14 @@ struct Chaos {
       groups.push_back(g);
       left -= g;
     }
-    auto r = put_start(c, o, sessions[o], batch, 4096, groups);
+    // A quarter of the puts are write_through: synchronous placement on the remote_cache owner.
+    const bool through = rng() % 4 == 0;
+    wire::PutStartReqT req;
+    req.keys = batch;
+    req.value_len = 4096;
+    req.atomic_group_lens = groups;
+    req.write_through = through;
+    auto r = c.call(o, sessions[o], make_envelope(std::move(req)));
     auto* ps = r.body.AsPutStartReply();
     if (!ps) {
       put_failed++;  // no slot in time, or a key being written: a cache may refuse
@@ -72,8 +82,12 @@ struct Chaos {
       c.write(o, ps->offsets[i], value_of(batch[i], v));
       written[batch[i]].insert(value_of(batch[i], v));
     }
-    if (c.call(o, sessions[o], make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply()) put_ok++;
-    else put_failed++;
+    if (c.call(o, sessions[o], make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply()) {
+      put_ok++;
+      if (through) write_through[{o, sessions[o]}].insert(ps->put_id);
+    } else {
+      put_failed++;
+    }
   }
 
   void check(const std::string& key, const std::vector<uint8_t>& got, int o = -1, uint64_t off = 0) {
@@ -94,6 +108,7 @@ struct Chaos {
     if (!r) return;
     reads++;
     if (die) {  // the client dies with the read open: the owner releases what it held
+      write_through.erase({o, sessions[o]});  // its futures die with it
       c.close_session(o, sessions[o]);
       sessions[o] = c.open_session(o);
       return;
@@ -122,6 +137,8 @@ struct Chaos {
   // starts empty; its clients connect again.
   void crash_owner(int o) {
     crashes++;
+    for (auto it = write_through.begin(); it != write_through.end();)
+      it = it->first.first == o ? write_through.erase(it) : std::next(it);  // the futures see the restart
     c.restart_owner(o);
     if (o < 2) sessions[o] = c.open_session(o);
   }
@@ -148,6 +165,23 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     // Faults off; let every retry and timer run out.
     c.to_master = c.from_master = sim::kQuietLink;
     c.data = sim::kQuietLink;
+    // Every write_through future of a live client ends once: with its remote copy or an error.
+    REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() + c.owner(1).writebacks_pending() == 0; },
+                        300000));
+    c.run_for(100);
+    for (auto& [os, ids] : w.write_through) {
+      std::set<uint64_t> noted;
+      for (const auto& n : c.take_put_live(os.first, os.second)) {
+        if (!ids.count(n.put_id)) continue;
+        CHECK_MESSAGE(noted.insert(n.put_id).second, "put ", n.put_id, " noted twice");
+        (n.error ? w.write_through_failed : w.write_through_ok)++;
+      }
+      for (uint64_t id : ids) CHECK_MESSAGE(noted.count(id), "write_through put ", id, " never completed");
+    }
+    for (int o : {0, 1}) {
+      const auto& oc = c.owner(o).counters();
+      CHECK(oc.write_through_puts_total == oc.write_through_backed_total + oc.write_through_failed_total);
+    }
     for (int o : {0, 1}) c.close_session(o, w.sessions[o]);
     const bool drained = c.run_until([&] {
       for (int o : {0, 1, 2}) {
@@ -173,6 +207,7 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
       }
     REQUIRE(drained);
     CHECK(c.master().reclaim_fence_count() == 0);
+
     c.run_for(2000);
     // The master's routes and the owners' live entries name each other, key by key.
     uint64_t routes = 0, mismatched = 0;
@@ -218,6 +253,14 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
                       << oc.reclaim_owner_holder_total << ", write " << oc.reclaim_owner_write_total);
     }
     for (const auto& [why, n] : w.refusals) MESSAGE(n << " x " << why);
+    const auto& b = c.owner(1).counters();
+    MESSAGE("write_through: " << a.write_through_puts_total + b.write_through_puts_total << " puts, "
+                              << a.write_through_backed_total + b.write_through_backed_total
+                              << " with their remote copy, "
+                              << a.write_through_failed_total + b.write_through_failed_total
+                              << " failed; of the live clients' futures " << w.write_through_ok << " ok, "
+                              << w.write_through_failed << " failed");
+    CHECK(a.write_through_backed_total + b.write_through_backed_total > 0);
     CHECK(w.bad == 0);
     CHECK(mismatched == 0);
     CHECK(w.read_keys > 500);

@@ -503,7 +503,6 @@ TEST_CASE("replica tasks: !write_through && make_replica_task && mask[i] puts a 
   const uint64_t s = c.open_session(0);
   put_opts(c, 0, s, {"rep-a0", "rep-a1"}, true, false);                    // broadcast: both
   put_opts(c, 0, s, {"rep-b0", "rep-b1"}, true, false, {true, false});     // per key
-  put_opts(c, 0, s, {"rep-c0"}, true, true);                               // write_through: none
   put_opts(c, 0, s, {"rep-d0"}, false, false);                             // local only: none
   REQUIRE(c.run_until([&] { return c.owner(2).counters().replica_done_total == 3; }, 20000));
   c.run_for(500);
@@ -511,7 +510,7 @@ TEST_CASE("replica tasks: !write_through && make_replica_task && mask[i] puts a 
     CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1, 3});
     CHECK(c.owner(2).local_state(k) == 2);
   }
-  for (const auto& k : {"rep-b1", "rep-c0", "rep-d0"}) CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1});
+  for (const auto& k : {"rep-b1", "rep-d0"}) CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1});
   CHECK(c.owner(1).local_state("rep-a0") == 0);  // never another GPU owner (strict target roles)
   CHECK(c.master().replica_targets().at(3) == 3);
   CHECK(c.master().replica_targets().count(2) == 0);
@@ -523,6 +522,64 @@ TEST_CASE("replica tasks: !write_through && make_replica_task && mask[i] puts a 
   REQUIRE(g.body.AsGetStartReply()->local_keys == 1);
   CHECK(c.read(2, g.body.AsGetStartReply()->offsets[0]) == pattern("rep-a0", 4096));
   release_all(c, 2, s2, *g.body.AsGetStartReply());
+  check_quiet(c);
+}
+
+namespace {
+// The PutLive note of put `put_id` to session `s` of owner `o`, once it came (nullopt: not yet).
+std::optional<wire::PutLiveT> live_note(sim::Cluster& c, int o, uint64_t s, uint64_t put_id,
+                                        std::vector<wire::PutLiveT>& seen) {
+  for (auto& n : c.take_put_live(o, s)) seen.push_back(std::move(n));
+  for (auto& n : seen)
+    if (n.put_id == put_id) return std::move(n);
+  return std::nullopt;
+}
+}  // namespace
+
+TEST_CASE("write_through: the put's future completes once a target-role owner holds every key - a synchronous remote placement") {
+  sim::Cluster c(seed_from_env(203), small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  std::vector<wire::PutLiveT> seen;
+  const uint64_t wt = put_opts(c, 0, s, {"wt-0", "wt-1"}, false, true).body.AsPutStartReply()->put_id;
+  const uint64_t plain = put_opts(c, 0, s, {"wt-plain"}, false, false).body.AsPutStartReply()->put_id;
+  // The plain put completes when its route is live; the write_through one only with its copy there.
+  std::optional<wire::PutLiveT> wt_live;
+  REQUIRE(c.run_until([&] { return (wt_live = live_note(c, 0, s, wt, seen)).has_value(); }, 20000));
+  CHECK(!wt_live->error);
+  // When the note came, the master already listed the target's copy of every key (not later).
+  CHECK(c.master().replica_nodes("wt-0") == std::vector<uint32_t>{1, 3});
+  CHECK(c.master().replica_nodes("wt-1") == std::vector<uint32_t>{1, 3});
+  CHECK(c.owner(1).local_state("wt-0") == 0);  // a target role, never the other GPU owner
+  const auto p = live_note(c, 0, s, plain, seen);
+  REQUIRE(p);
+  CHECK(!p->error);
+  c.run_for(500);
+  CHECK(c.master().replica_nodes("wt-plain") == std::vector<uint32_t>{1});  // no copy asked, none made
+  const auto& oc = c.owner(0).counters();
+  CHECK(oc.write_through_puts_total == 1);
+  CHECK(oc.write_through_backed_total == 1);
+  CHECK(oc.write_through_failed_total == 0);
+  CHECK(oc.replica_keys_requested_total == 0);
+  // The local copies stay (L2), recoverable now: capacity eviction may take them first.
+  CHECK(c.owner(0).local_state("wt-0") == 2);
+  check_quiet(c);
+}
+
+TEST_CASE("write_through without a target-role owner: the future fails naming the placement, the value stays local") {
+  sim::Cluster c(seed_from_env(204), small_owner(), 2, {"sglang_owner", "sglang_owner"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  std::vector<wire::PutLiveT> seen;
+  const uint64_t wt = put_opts(c, 0, s, {"wt-none"}, false, true).body.AsPutStartReply()->put_id;
+  std::optional<wire::PutLiveT> live;
+  REQUIRE(c.run_until([&] { return (live = live_note(c, 0, s, wt, seen)).has_value(); }, 20000));
+  REQUIRE(live->error);
+  CHECK(live->error->message.find("no owner of a target role") != std::string::npos);
+  CHECK(live->error->message.find("remote_only_node_roles") != std::string::npos);
+  CHECK(c.owner(0).local_state("wt-none") == 2);  // published and readable here: only the copy is missing
+  CHECK(c.master().replica_nodes("wt-none") == std::vector<uint32_t>{1});
+  CHECK(c.owner(0).counters().write_through_failed_total == 1);
   check_quiet(c);
 }
 

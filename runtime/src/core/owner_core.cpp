@@ -189,12 +189,16 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Out
     case JobKind::kPublish: {
       auto settled = put_.on_reply(token, reply, now, out);
       went_live(settled, now, out);
+      if (auto& wt = settled.write_through)
+        writeback_.write_through(wt->put_id, wt->session, std::move(wt->cohorts), std::move(wt->keys),
+                                 std::move(wt->versions), now, out);
       break;
     }
     case JobKind::kRemove: removal_.on_reply(token, reply, now); break;
     case JobKind::kReclaim: reclaim_.on_reply(token, reply, now, out, reclaim_busy()); break;
     default: return;  // not a token of this owner
   }
+  write_through_done(out);
   serve_waiters_if_freed(out);
 }
 
@@ -255,6 +259,18 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   if (auto room = put_.head_need()) want_room(*room);
   pressure(now, out);
   put_.expire_waiters(now, out);
+  write_through_done(out);
+}
+
+void OwnerCore::write_through_done(Outbox& out) {
+  // A write_through put's future completes here: its remote copy exists, or it cannot.
+  for (auto& d : writeback_.take_write_through_done()) {
+    if (!s_.sessions.contains(d.session)) continue;
+    wire::PutLiveT live;
+    live.put_id = d.put_id;
+    if (!d.status.is_ok()) live.error = std::make_unique<wire::ErrorT>(to_wire(d.status));
+    s_.note(d.session, make_envelope(std::move(live)), out);
+  }
 }
 
 // ---- hand-offs ---------------------------------------------------------------------------------

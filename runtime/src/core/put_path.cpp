@@ -94,6 +94,7 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   plan.value_len = req.value_len;
   plan.group_lens = req.atomic_group_lens;
   plan.parents = std::move(req.radix_parent_keys);
+  plan.write_through = req.write_through;
   plan.replica.resize(n);
   for (uint32_t i = 0; i < n; ++i)
     plan.replica[i] = !req.write_through && req.make_replica_task && (!mask || (*mask)[i]);
@@ -170,6 +171,7 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
   PublishJob job;
   job.session = session;
   job.group_lens = plan.group_lens;
+  job.write_through = plan.write_through;
   uint32_t group = 0, group_left = plan.group_lens.empty() ? 1 : plan.group_lens[0];
   for (size_t i = 0; i < plan.keys.size(); ++i) {
     const std::string& k = plan.keys[i];
@@ -328,6 +330,19 @@ PutPath::Settled PutPath::on_reply(uint64_t token, Envelope& reply, Millis now, 
     }
   }
   s_.counters.put_live_total++;
+  if (job.write_through && result.is_ok()) {
+    // Published: the future waits for the copy on a target-role owner (the design's write-through).
+    PutPath::WriteThrough wt{id, job.session, {}, {}, {}};
+    for (const auto& e : settled.live) {
+      if (wt.cohorts.empty() || wt.cohorts.back() != LocalIndex::CohortId{e.ref.put_id, e.ref.group})
+        wt.cohorts.emplace_back(e.ref.put_id, e.ref.group);
+      wt.keys.push_back(e.key);
+      wt.versions.push_back(s_.local.at(e.key).ver);
+    }
+    s_.counters.write_through_puts_total++;
+    settled.write_through = std::move(wt);
+    return settled;
+  }
   if (s_.sessions.contains(job.session)) {
     wire::PutLiveT live;
     live.put_id = id;

@@ -78,6 +78,39 @@ void WriteBack::send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox
   s_.to_master(tok, make_envelope(std::move(w)), out);
 }
 
+void WriteBack::write_through(uint64_t put_id, uint64_t session, std::vector<CohortId> cohorts,
+                              std::vector<std::string> keys, std::vector<Version> versions, Millis now, Outbox& out) {
+  if (keys.empty()) {  // every key was replaced here meanwhile: nothing of this put to copy
+    s_.counters.write_through_backed_total++;
+    through_done_.push_back({put_id, session, Status::ok()});
+    return;
+  }
+  if (jobs_.size() >= s_.cfg.limits.writebacks) {
+    s_.counters.writebacks_full_total++;
+    s_.counters.write_through_failed_total++;
+    through_done_.push_back({put_id, session, Status(Code::kTimeout, "write_through: " +
+                                                                           std::to_string(jobs_.size()) +
+                                                                           " write-backs in flight (the bound)")});
+    return;
+  }
+  Job job;
+  job.keys = std::move(keys);
+  job.versions = std::move(versions);
+  job.through_put = put_id;
+  job.through_session = session;
+  const uint64_t id = next_job_++;
+  for (const auto& c : cohorts)
+    if (!job_of_.count(c)) {  // a hot-tier write-back carrying it already copies it too
+      job_of_[c] = id;
+      job.cohorts.push_back(c);
+    }
+  s_.counters.writeback_keys_total += job.keys.size();
+  job.deadline = now + s_.cfg.writeback_timeout_ms;
+  deadlines_.emplace(job.deadline, id);
+  jobs_.emplace(id, std::move(job));
+  send_batch({id}, now, out);
+}
+
 std::vector<std::vector<WriteBack::CohortId>> WriteBack::on_batch_reply(uint64_t token, Envelope& reply) {
   std::vector<std::vector<CohortId>> backed;
   auto b = batches_.find(token);
@@ -93,8 +126,11 @@ std::vector<std::vector<WriteBack::CohortId>> WriteBack::on_batch_reply(uint64_t
     // A job that ended since this request left skips its part.
     if (auto j = jobs_.find(id); j != jobs_.end()) {
       auto cohorts = j->second.cohorts;
+      const bool through = j->second.through_put != 0;
       if (settle(id, wr->status.data() + at)) {
-        if (s_.cfg.writeback_demote) {
+        if (through) {  // the put's copies here stay (L2) and are recoverable now
+          for (const auto& c : cohorts) s_.local.mark_remote_complete(c);
+        } else if (s_.cfg.writeback_demote) {
           backed.push_back(std::move(cohorts));  // a demotion transaction takes it from here
         } else {  // inclusive: both copies stay, and capacity eviction takes these first (nothing lost)
           for (const auto& c : cohorts) s_.local.mark_remote_complete(c);
@@ -107,12 +143,17 @@ std::vector<std::vector<WriteBack::CohortId>> WriteBack::on_batch_reply(uint64_t
 }
 
 void WriteBack::cohort_evicted(CohortId cohort) {
-  if (auto w = job_of_.find(cohort); w != job_of_.end()) end(w->second);
+  if (auto w = job_of_.find(cohort); w != job_of_.end())
+    end(w->second, Status(Code::kKeyNotFound, "write_through: evicted here before a target-role owner held its copy"));
 }
 
-void WriteBack::end(uint64_t id) {
+void WriteBack::end(uint64_t id, Status why) {
   auto j = jobs_.find(id);
   if (j == jobs_.end()) return;
+  if (j->second.through_put) {
+    (why.is_ok() ? s_.counters.write_through_backed_total : s_.counters.write_through_failed_total)++;
+    through_done_.push_back({j->second.through_put, j->second.through_session, std::move(why)});
+  }
   for (const auto& c : j->second.cohorts) {
     auto w = job_of_.find(c);
     if (w != job_of_.end() && w->second == id) job_of_.erase(w);
@@ -128,14 +169,18 @@ bool WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status) {
   for (size_t i = 0; i < job.keys.size(); ++i) {
     if (status[i] == wire::WriteBackStatus::Obsolete || status[i] == wire::WriteBackStatus::NoTarget) {
       s_.counters.writeback_abandoned_total++;  // the value moved on, or nowhere to copy it to
-      end(id);
+      const bool none = status[i] == wire::WriteBackStatus::NoTarget;
+      end(id, Status(none ? Code::kNoSpace : Code::kKeyNotFound,
+                     "write_through: key '" + job.keys[i] + "': " +
+                         (none ? "no owner of a target role (master.replica_task_placement.remote_only_node_roles)"
+                               : "replaced or removed before a target-role owner held its copy")));
       return false;
     }
     backed += status[i] == wire::WriteBackStatus::Backed;
   }
   if (backed < job.keys.size()) return false;  // tasks on their way: asked again at next_send
   s_.counters.writeback_backed_keys_total += job.keys.size();
-  end(id);
+  end(id, Status::ok());
   return true;
 }
 
@@ -157,7 +202,8 @@ void WriteBack::retry(Millis now, Outbox& out) {
   while (!batches_.empty() && now >= batches_.begin()->second.expires) batches_.erase(batches_.begin());
   for (uint64_t id : expired) {
     s_.counters.writeback_abandoned_total++;
-    end(id);
+    end(id, Status(Code::kTimeout, "write_through: no target-role owner held the copy within writeback_timeout_ms (" +
+                                       std::to_string(s_.cfg.writeback_timeout_ms) + ")"));
   }
 }
 

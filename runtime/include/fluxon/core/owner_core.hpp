@@ -98,6 +98,7 @@ class OwnerCore {
   // The hand-offs between components.
   void commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
   void serve_waiters(Outbox& out);
+  void write_through_done(Outbox& out);
   void serve_waiters_if_freed(Outbox& out);
   void went_live(PutPath::Settled& settled, Millis now, Outbox& out);
   void replaced(const std::string& key, const Entry& old, Millis now, Outbox& out);

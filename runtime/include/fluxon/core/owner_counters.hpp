@@ -105,6 +105,10 @@
   X(writeback_backed_keys_total, "fluxon_owner_writeback_backed_keys_total", "", "Written-back keys a target-role owner holds now") \
   X(writeback_abandoned_total, "fluxon_owner_writeback_abandoned_total", "", "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay") \
   X(writeback_requests_total, "fluxon_owner_writeback_requests_total", "", "WriteBack requests sent (retries included)") \
+  /* write_through puts: published, then their futures wait for a target-role owner's copy */ \
+  X(write_through_puts_total, "fluxon_owner_write_through_puts_total", "", "write_through puts published (waiting for their remote copy)") \
+  X(write_through_backed_total, "fluxon_owner_write_through_backed_total", "", "write_through puts whose every key a target-role owner holds: the future completed") \
+  X(write_through_failed_total, "fluxon_owner_write_through_failed_total", "", "write_through puts whose remote copy failed (no target, replaced, evicted, too slow): the future failed") \
   /* Single-copy demotion: a reclaim transaction with demote set, per backed job; its members are */ \
   /* demoted (committed), kept (no target copy any more), given up (bounded retries) or obsolete. */ \
   X(demote_started_keys_total, "fluxon_owner_demote_started_keys_total", "", "Keys handed to demotion transactions") \

@@ -26,10 +26,19 @@ class PutPath {
   using Entry = LocalIndex::Entry;
   // What a publish answer means elsewhere: routes to remove (one job), entries that went live,
   // slots no route references any more.
+  // A write-through put whose routes went live: its future completes once a target-role owner
+  // holds every key (WriteBack), not now.
+  struct WriteThrough {
+    uint64_t put_id = 0, session = 0;
+    std::vector<LocalIndex::CohortId> cohorts;
+    std::vector<std::string> keys;
+    std::vector<Version> versions;
+  };
   struct Settled {
     Removals removals;
     std::vector<LiveEntry> live;
     std::vector<SlotRef> unrouted;
+    std::optional<WriteThrough> write_through;
   };
 
   explicit PutPath(OwnerShared& s) : s_(s) {}
@@ -82,6 +91,7 @@ class PutPath {
     std::vector<uint32_t> group_lens;
     std::vector<bool> replica;  // per key: !write_through && make_replica_task && mask[i]
     std::vector<std::string> parents;  // per key ("": a root), or empty: radix_parent_keys
+    bool write_through = false;        // the future waits for the remote copy (a target-role owner)
   };
   struct Waiter {
     uint64_t token, session;
@@ -101,6 +111,7 @@ class PutPath {
     std::vector<bool> replica;     // first publication: the items that get a replica task
     Millis next_send = 0;
     bool resync = false;           // re-publishes live routes after the master came back
+    bool write_through = false;    // the future completes when a target-role owner holds every key
   };
   // Returns true when the request was answered (success or error), false when it must wait.
   bool try_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, Outbox& out,

@@ -31,6 +31,16 @@ class WriteBack {
   // Entries that went live enter the resident tier; with a hot tier they are admitted together
   // (A1: one reply's whole cohorts), and the cohorts it evicts are written back.
   void admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out);
+  // A write_through put went live: the same WriteBack, re-sent until a target-role owner holds
+  // every key (inclusive: the copies here stay, marked remote-complete); then, or once it cannot
+  // be, the put's future completes (take_write_through_done).
+  void write_through(uint64_t put_id, uint64_t session, std::vector<CohortId> cohorts, std::vector<std::string> keys,
+                     std::vector<Version> versions, Millis now, Outbox& out);
+  struct WriteThroughDone {
+    uint64_t put_id = 0, session = 0;
+    Status status;
+  };
+  std::vector<WriteThroughDone> take_write_through_done() { return std::exchange(through_done_, {}); }
   // Capacity eviction took `cohort` first: its write-back has nothing left to copy or demote.
   void cohort_evicted(CohortId cohort);
   // The answer to a WriteBack: with writeback_demote, the exact cohort sets now backed on a target
@@ -48,6 +58,7 @@ class WriteBack {
     std::vector<std::string> keys;
     std::vector<Version> versions;
     Millis next_send = 0, deadline = 0;
+    uint64_t through_put = 0, through_session = 0;  // a write_through put's job (0: a hot-tier write-back)
   };
   // The first phase of many jobs travels in one WriteBack (G8's batching for write-back): a batch
   // remembers its jobs in order, and its reply is split among those still waiting for it.
@@ -60,7 +71,8 @@ class WriteBack {
   void send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox& out);
   // One job's statuses: true when every key is backed (the job has ended).
   bool settle(uint64_t id, const wire::WriteBackStatus* status);
-  void end(uint64_t id);
+  // The job ends; a write_through job's put learns `why` (ok: every key is backed).
+  void end(uint64_t id, Status why = Status(Code::kInternal, "write-back ended"));
 
   OwnerShared& s_;
   RetryTable<Job> jobs_;
@@ -68,6 +80,7 @@ class WriteBack {
   std::map<uint64_t, Batch> batches_;    // by master token
   std::set<std::pair<Millis, uint64_t>> deadlines_;  // (give-up time, job)
   uint64_t next_job_ = 1;
+  std::vector<WriteThroughDone> through_done_;
 };
 
 }  // namespace fluxon
