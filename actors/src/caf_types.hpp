@@ -32,6 +32,7 @@ using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using mreply_atom = caf::atom_constant<caf::atom("mreply")>;
+using populated_atom = caf::atom_constant<caf::atom("populated")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

@@ -78,12 +78,17 @@ constexpr size_t kPopulateQueue = 4096;  // grants waiting to be faulted in (pas
 constexpr size_t kFetchQueue = 65536;    // fetch batches waiting for a thread (past it: the batch fails)
 
 // Faults newly carved grants in: the reservation becomes real memory without stalling the owner
-// actor, and first writes by clients run at memory speed. In 4 MiB steps, so a stop is quick.
-std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> make_populator(std::shared_ptr<Segment> seg) {
+// actor, and first writes by clients run at memory speed. In 4 MiB steps, so a stop is quick; each
+// range done is reported to the owner actor (warm-up progress: readiness).
+std::unique_ptr<Workers<std::pair<uint64_t, uint64_t>>> make_populator(std::shared_ptr<Segment> seg,
+                                                                       caf::actor_addr owner) {
   return std::make_unique<Workers<std::pair<uint64_t, uint64_t>>>(
-      1, kPopulateQueue, [seg](std::pair<uint64_t, uint64_t>& r, const std::atomic<bool>& stopping) {
-        for (uint64_t o = 0; o < r.second && !stopping; o += 4 << 20)
+      1, kPopulateQueue, [seg, owner](std::pair<uint64_t, uint64_t>& r, const std::atomic<bool>& stopping) {
+        uint64_t o = 0;
+        for (; o < r.second && !stopping; o += 4 << 20)
           seg->populate(r.first + o, std::min<uint64_t>(4 << 20, r.second - o));
+        if (o < r.second) return;  // stopping
+        if (auto a = caf::actor_cast<caf::actor>(owner)) caf::anon_send(a, populated_atom::value, r.second);
       });
 }
 
@@ -237,7 +242,8 @@ void ActorPorts::fetch(TransferBatch batch, bool fail, Millis) {
 }
 
 void ActorPorts::populate(uint64_t offset, uint64_t len) {
-  (void)self_->state.populator->push({offset, len});  // full: the first use faults the pages in
+  // Full: the first use faults the pages in; counted as done (nothing is left to wait for).
+  if (!self_->state.populator->push({offset, len})) self_->send(self_, populated_atom::value, len);
 }
 
 void ActorPorts::flush_soon() { self_->send(self_, flush_atom::value); }
@@ -278,7 +284,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
   st.core->set_data_address(ocfg.advertised_data_host(), data->port());
   st.segment = std::move(seg);
-  st.populator = make_populator(st.segment);
+  st.populator = make_populator(st.segment, self->address());
   // The fetch threads go before the data server and the segment (state members die in reverse).
   st.data_server = std::move(data);
   st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
@@ -349,6 +355,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         Status result = code == 0 ? Status::ok() : Status(static_cast<Code>(code), msg);
         self->state.driver->on_transfer_done(id, result, now_ms());
       },
+      [=](populated_atom, uint64_t len) { self->state.driver->on_populated(len); },
       [=](reconnect_atom) { try_connect(self); },
       [=](flush_atom) { self->state.driver->flush(now_ms()); },
       [=](tick_atom) {

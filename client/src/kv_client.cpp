@@ -516,6 +516,21 @@ Result<std::map<std::string, uint64_t>> KvClient::stats() {
   return m;
 }
 
+Result<std::map<std::string, uint64_t>> KvClient::wait_ready(uint64_t timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto s = stats();
+    if (!s.ok()) return s.status();
+    const uint64_t want = (*s)["warmup_bytes"], got = (*s)["warmed_bytes"];
+    if (got >= want) return s;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status(Code::kTimeout, "wait_ready: the owner's warm-up has faulted in " + std::to_string(got) + " of " +
+                                        std::to_string(want) + " bytes (owner_local_reserve_expected_capacity) after " +
+                                        std::to_string(timeout_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 Status KvClient::ping() {
   FLUXON_CALL("ping");
   auto c = impl_->current();

@@ -269,6 +269,15 @@ class KvClient:
     def stats(self) -> dict:
         return dict(self._c.stats())
 
+    def wait_ready(self, timeout_s: float = 600.0) -> dict:
+        """Waits until the attached owner's warm-up is done: the grants its expected capacity
+        (``owner_local_reserve_expected_capacity``) carved at start are all faulted in (a dynamic
+        owner is ready at once). Returns ``stats()`` then; raises ``Timeout`` naming the bytes
+        faulted in so far. SGLang's backend calls it before it serves."""
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise InvalidArgument("timeout_s: expected a number of seconds")
+        return dict(self._c.wait_ready(float(timeout_s)))
+
     def master_stats(self) -> dict:
         """The master's figures: routes, replicas, inflight_gets, get/replica task totals."""
         return dict(self._c.master_stats())

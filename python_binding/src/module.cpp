@@ -343,6 +343,14 @@ PYBIND11_MODULE(_fluxon, m) {
              return unwrap(released([&, cl = self.c()] { return cl->remove_prefix(prefix); }));
            })
       .def("stats", [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->stats(); })); })
+      .def(
+          "wait_ready",
+          [](PyClient& self, double timeout_s) {
+            if (!(timeout_s >= 0)) check(invalid_argument("wait_ready: timeout_s must be >= 0"));
+            const auto ms = uint64_t(timeout_s * 1000);
+            return unwrap(released([&, cl = self.c()] { return cl->wait_ready(ms); }));
+          },
+          py::arg("timeout_s") = 600.0)
       .def("ping", [](PyClient& self) { check(released([&, cl = self.c()] { return cl->ping(); })); })
       .def("register_segments_with_cuda",
            [](PyClient& self) {

@@ -481,3 +481,28 @@ def test_config_check_prints_the_resolved_config_or_the_first_error_with_its_fie
     r = subprocess.run([FLUXON_BIN, "config", "check", str(bad)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and r.stdout == ""
     assert "owners[0].replica_writeback_hot_capacity_ratio: needs master.replica_task_placement" in r.stderr
+
+
+def test_wait_ready_returns_once_the_expected_capacity_is_faulted_in(tmp_path):
+    """An owner with owner_local_reserve_expected_capacity carves its grants at start and faults them
+    in off its thread; wait_ready() returns once all are in (the gauges say so, on /metrics too),
+    and SGLang's backend waits for it before serving. A dynamic owner is ready at once."""
+    c = Cluster(tmp_path, f"rdy{os.getpid()}x{free_port()}", owners=2, metrics=True, dram="512MiB",
+                owner_extra=["owner_local_reserve_expected_capacity: {value_len: 1MiB, payload_capacity_bytes: 240MiB}",
+                             ""]).start()
+    try:
+        a = fluxon.KvClient(c.client_config(0))
+        st = a.wait_ready(60)
+        assert st["warmup_bytes"] == 15 * (16 << 20)  # 16 slots of 1 MiB a 16 MiB grant: 15 grants
+        assert st["warmed_bytes"] == st["warmup_bytes"]
+        page = scrape(c.owner_metrics[0])
+        assert sample(page, "fluxon_owner_warmed_bytes") == sample(page, "fluxon_owner_warmup_bytes") == 15 * (16 << 20)
+        b = fluxon.KvClient(c.client_config(1))
+        st = b.wait_ready(0)  # dynamic mode: nothing to wait for
+        assert st["warmup_bytes"] == 0 and st["warmed_bytes"] == 0
+        with pytest.raises(fluxon.InvalidArgument):
+            a.wait_ready(-1)
+        a.close()
+        b.close()
+    finally:
+        c.stop()

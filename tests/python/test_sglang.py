@@ -47,6 +47,7 @@ def test_loads_by_dynamic_config_with_sglang_keys(shared_cluster):
     ({"replica_task": {"enabled": True, "admission": {"policy": "kv_score_only"}}}, "SGLang's storage calls carry"),
     ({"replica_task": {"enabled": True, "admission": {"policy": "maybe"}}}, "replica_task.admission.policy"),
     ({"call_timeout_s": 0}, "call_timeout_s"),
+    ({"wait_ready_timeout_s": -1}, "wait_ready_timeout_s"),
 ])
 def test_construction_refuses_in_words(shared_cluster, extra, named):
     e = dynamic_extra(shared_cluster.client_config_file())
@@ -55,6 +56,21 @@ def test_construction_refuses_in_words(shared_cluster, extra, named):
         e.pop("fluxon_config")
     with pytest.raises(fluxon.InvalidArgument, match=named.replace(".", r"\.").replace("'", ".")):
         FluxonHiCacheStorage(storage_config(extra=e), {})
+
+
+def test_construction_waits_for_the_owners_warm_up(tmp_path):
+    """SGLang starts serving only once the owner's expected capacity is faulted in: the backend's
+    constructor calls wait_ready (extra_config.wait_ready_timeout_s)."""
+    c = Cluster(tmp_path, f"sgw{free_port()}", dram="512MiB",
+                owner_extra="owner_local_reserve_expected_capacity: {value_len: 1MiB, payload_capacity_bytes: 400MiB}")
+    c.start()
+    try:
+        b = FluxonHiCacheStorage(storage_config(extra=dynamic_extra(c.client_config_file())), {})
+        st = b.client.stats()
+        assert st["warmup_bytes"] == 25 * (16 << 20) and st["warmed_bytes"] == st["warmup_bytes"]
+        b.close()
+    finally:
+        c.stop()
 
 
 def test_embedded_only_on_purpose():

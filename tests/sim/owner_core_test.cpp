@@ -402,3 +402,38 @@ TEST_CASE("A2 T1: one publish job owns a put batch - PutDone re-sent whole under
   for (const auto& k : keys_of("a2-", 6)) CHECK(c.master().replica_nodes(k) == std::vector<uint32_t>{1});
   CHECK(c.owner(0).stats().publish_jobs == 0);
 }
+
+TEST_CASE("readiness: an owner with an expected capacity is ready once every warm-up grant is faulted in, a dynamic one at once") {
+  OwnerCoreConfig cfg;
+  cfg.grant_bytes = 1ull << 20;
+  cfg.expected_capacity = ExpectedCapacity{64 << 10, 3ull << 20};  // 16 slots a grant: 3 grants
+  OwnerCore core(cfg, 1, "ready", 8ull << 20);
+  CHECK(core.warmup_bytes() == 3ull << 20);
+  CHECK_FALSE(core.ready());
+  const auto ranges = core.take_new_grant_ranges();  // the warm-up: handed to the ports to fault in
+  REQUIRE(ranges.size() == 3);
+  auto gauge = [&](const char* name) {
+    const auto s = core.stats_reply();
+    for (const auto& v : s.values)
+      if (v->name == name) return v->value;
+    FAIL("no gauge ", name);
+    return uint64_t(0);
+  };
+  CHECK(gauge("warmup_bytes") == 3ull << 20);
+  CHECK(gauge("warmed_bytes") == 0);
+  core.on_populated(ranges[0].second);
+  core.on_populated(ranges[1].second);
+  CHECK_FALSE(core.ready());  // one grant is still being faulted in
+  CHECK(gauge("warmed_bytes") == 2ull << 20);
+  core.on_populated(ranges[2].second);
+  CHECK(core.ready());
+  CHECK(gauge("warmed_bytes") == 3ull << 20);
+  // Later grants (dynamic growth) do not count past the warm-up.
+  core.on_populated(1ull << 20);
+  CHECK(gauge("warmed_bytes") == 3ull << 20);
+  OwnerCoreConfig dyn;
+  dyn.grant_bytes = 1ull << 20;
+  OwnerCore d(dyn, 1, "dynamic", 8ull << 20);
+  CHECK(d.warmup_bytes() == 0);
+  CHECK(d.ready());
+}

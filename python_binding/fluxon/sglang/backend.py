@@ -49,7 +49,7 @@ SGLANG_KEYS = frozenset({
 })
 FLUXON_KEYS = frozenset({
     "fluxon_config", "fluxon_embedded", "key_prefix", "extra_backend_tag", "replica_task", "call_timeout_s",
-    "max_pending_backups", "copy_threads", "log_interval_s", "client",
+    "max_pending_backups", "copy_threads", "log_interval_s", "client", "wait_ready_timeout_s",
 })
 # Pools whose state every TP rank holds whole under MLA (the rest is split by heads or per rank).
 _PER_RANK_POOLS = frozenset({"mamba"})
@@ -118,6 +118,9 @@ class FluxonHiCacheStorage(HiCacheStorage):
         if self.max_pending_backups <= 0:
             raise fluxon.InvalidArgument("extra_config.max_pending_backups: must be > 0")
         self.log_interval_s = float(extra.get("log_interval_s", 10.0))
+        self.wait_ready_timeout_s = float(extra.get("wait_ready_timeout_s", 600.0))
+        if not self.wait_ready_timeout_s >= 0:
+            raise fluxon.InvalidArgument("extra_config.wait_ready_timeout_s: must be >= 0 seconds")
         self.admission = self._admission(extra.get("replica_task"))
         # Older SGLang trees have no head splitting (nor its fields).
         split_heads = bool(getattr(storage_config, "should_split_heads", False))
@@ -138,6 +141,10 @@ class FluxonHiCacheStorage(HiCacheStorage):
                     "extra_config.fluxon_config: missing (the client config naming this host's owner daemon; "
                     "give \"fluxon_embedded\": true to run a private in-process store on purpose)")
             self.client = fluxon.KvClient(path if path else None, max_wait_ms=int(self.call_timeout_s * 1000))
+            # The design's start-up rule: the owner's expected-capacity warm-up is done before SGLang
+            # serves (a Timeout here names the bytes still to fault in; 0 skips the wait).
+            if self.wait_ready_timeout_s > 0:
+                self.client.wait_ready(self.wait_ready_timeout_s)
 
         self.mem_pool_host = None
         self._geoms: Dict[str, _Geometry] = {}

@@ -17,7 +17,10 @@ OwnerCore::OwnerCore(const OwnerCoreConfig& cfg, uint64_t generation, std::strin
       gets_(s_),
       replicas_(s_, gets_),
       writeback_(s_),
-      exists_(s_) {}
+      exists_(s_) {
+  // Expected capacity: its grants were carved by the pool at construction (the warm-up).
+  if (cfg.expected_capacity) warmup_bytes_ = s_.pool.counts().grant_limit * cfg.grant_bytes;
+}
 
 // ---- registration ------------------------------------------------------------------------------
 
@@ -439,6 +442,8 @@ OwnerStats OwnerCore::stats() const {
   r.slots_pending = c.pending;
   r.slots_committed = c.committed;
   r.grants = c.grants;
+  r.warmup_bytes = warmup_bytes_;
+  r.warmed_bytes = std::min(populated_bytes_, warmup_bytes_);
   r.active_put_plans = put_.plans();
   r.holders = s_.sessions.holders();
   r.routes = s_.live_routes;

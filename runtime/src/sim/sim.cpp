@@ -106,6 +106,11 @@ void Cluster::Ports::fetch(TransferBatch transfer, bool fail, Millis delay) {
 
 // Like the actor's flush message: it runs after the events already due now (requests sent in the
 // same instant join the same BatchGetStart, G9).
+void Cluster::Ports::populate(uint64_t, uint64_t len) {
+  // The simulated segment is plain memory: a range is faulted in at once.
+  c_.owners_[size_t(owner_)].driver->on_populated(len);
+}
+
 void Cluster::Ports::flush_soon() {
   Cluster& c = c_;
   const int owner = owner_;

@@ -75,6 +75,10 @@ class KvClient {
   // slot once its last reader is gone); returns how many. Other owners' copies are not touched.
   Result<uint64_t> remove_prefix(const std::string& prefix);
   Result<std::map<std::string, uint64_t>> stats();
+  // Waits until the attached owner's warm-up is done: the grants its expected capacity
+  // (owner_local_reserve_expected_capacity) carved at start are all faulted in (at once in
+  // dynamic mode). Returns the owner's stats then; Timeout after `timeout_ms`, naming the progress.
+  Result<std::map<std::string, uint64_t>> wait_ready(uint64_t timeout_ms);
   // Round trip to the owner that touches no state: the transport's own cost (bench baseline).
   Status ping();
   // Tests: raw bytes to the owner, answered by an error when malformed.

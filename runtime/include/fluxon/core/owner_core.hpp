@@ -72,6 +72,11 @@ class OwnerCore {
   const ReservePool& pool() const { return s_.pool; }
   // (offset, len) of grants carved since the last call.
   std::vector<std::pair<uint64_t, uint64_t>> take_new_grant_ranges();
+  // The ports faulted `bytes` of the ranges handed out in (in the order handed out): warm-up
+  // progress. Ready once the expected-capacity grants carved at start are all faulted in.
+  void on_populated(uint64_t bytes) { populated_bytes_ += bytes; }
+  uint64_t warmup_bytes() const { return warmup_bytes_; }
+  bool ready() const { return populated_bytes_ >= warmup_bytes_; }
   // Local visibility of a key (tests): 0 = absent, 1 = pending local visible, 2 = route live.
   int local_state(const std::string& key) const;
   // Drop the route and local entry of key: route first, then S2.
@@ -134,6 +139,8 @@ class OwnerCore {
   std::string data_host_;
   uint16_t data_port_ = 0;
   Millis now_ = 0;  // the clock of the current call (set by every entry point that is given one)
+  uint64_t warmup_bytes_ = 0;     // the grants carved at start (expected capacity), in bytes
+  uint64_t populated_bytes_ = 0;  // bytes the ports faulted in so far
 };
 
 }  // namespace fluxon

@@ -33,8 +33,9 @@ class OwnerPorts {
   // Fetch `batch` over the data plane and report it to OwnerDriver::on_transfer_done(); with
   // `fail`, the batch fails after its bytes came (an injected fault). `delay`: the simulated time it takes.
   virtual void fetch(TransferBatch batch, bool fail, Millis delay) = 0;
-  // Grants newly carved: fault their pages in (off the owner's thread).
-  virtual void populate(uint64_t offset, uint64_t len) {}
+  // Grants newly carved: fault their pages in (off the owner's thread), in order, and report each
+  // range done to OwnerDriver::on_populated() (warm-up progress).
+  virtual void populate(uint64_t offset, uint64_t len) = 0;
   // Call OwnerDriver::flush() once the inputs already queued are handled (G9).
   virtual void flush_soon() = 0;
 };
@@ -58,6 +59,8 @@ class OwnerDriver {
   // on_master_reply() (at once or later, through the ports).
   void master_replied(uint64_t token, SharedBytes bytes);
   void on_master_reply(uint64_t token, const Bytes& bytes, Millis now);
+  // The ports faulted in `len` bytes of a range populate() handed them.
+  void on_populated(uint64_t len) { core_.on_populated(len); }
   void master_failed(uint64_t token) { core_.on_master_failure(token); }
   // The link to the master is up (at start, or again after a reconnect) or down.
   void master_up(Millis now, bool reconnected);

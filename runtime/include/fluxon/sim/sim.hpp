@@ -93,6 +93,7 @@ class Cluster {
     void to_master(uint64_t token, SharedBytes bytes, Millis delay) override;
     void master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) override;
     void fetch(TransferBatch batch, bool fail, Millis delay) override;
+    void populate(uint64_t offset, uint64_t len) override;
     void flush_soon() override;
 
    private:
