@@ -134,6 +134,7 @@ class ActorPorts : public OwnerPorts {
   void master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) override;
   void fetch(TransferBatch batch, bool fail, Millis delay) override;
   void populate(uint64_t offset, uint64_t len) override;
+  void release(uint64_t offset, uint64_t len) override;
   void flush_soon() override;
 
  private:
@@ -245,6 +246,8 @@ void ActorPorts::populate(uint64_t offset, uint64_t len) {
   // Full: the first use faults the pages in; counted as done (nothing is left to wait for).
   if (!self_->state.populator->push({offset, len})) self_->send(self_, populated_atom::value, len);
 }
+
+void ActorPorts::release(uint64_t offset, uint64_t len) { self_->state.segment->release(offset, len); }
 
 void ActorPorts::flush_soon() { self_->send(self_, flush_atom::value); }
 

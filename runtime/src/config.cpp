@@ -16,7 +16,7 @@ const std::set<std::string> kOwnerOnlyKeys = {
     "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
     "get_handle_ttl_ms", "node_id", "role", "data_host", "data_port", "data_transport", "data_threads",
     "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio", "writeback_demote",
-    "writeback_timeout_ms", "eviction_free_watermark", "replica_task_max_inflight"};
+    "writeback_timeout_ms", "eviction_free_watermark", "replica_task_max_inflight", "idle_grant_shrink_ms"};
 
 const std::set<std::string> kMasterOnlyKeys = {
     "get_inflight_ttl_ms", "replica_target_roles", "replica_task_placement", "replica_cache_capacity_ratio",
@@ -153,7 +153,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
                       "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark",
-                      "replica_task_max_inflight"}));
+                      "replica_task_max_inflight", "idle_grant_shrink_ms"}));
   FLX_TRY(get_uint(n, "replica_task_max_inflight", where, o.replica_task_max_inflight));
   if (o.replica_task_max_inflight > 64)
     return invalid_argument(where + ".replica_task_max_inflight: must be in 1..64");
@@ -197,6 +197,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "master_rpc_timeout_ms", where, o.master_rpc_timeout_ms));
   FLX_TRY(get_uint(n, "eviction_max_bytes_per_round", where, o.eviction_max_bytes_per_round));
   FLX_TRY(get_uint(n, "eviction_interval_ms", where, o.eviction_interval_ms));
+  FLX_TRY(get_uint(n, "idle_grant_shrink_ms", where, o.idle_grant_shrink_ms));
   for (auto [name, flag] : {std::pair<const char*, bool*>{"eviction", &o.eviction},
                              std::pair<const char*, bool*>{"eviction_tp_cohorts", &o.eviction_tp_cohorts},
                              std::pair<const char*, bool*>{"writeback_demote", &o.writeback_demote}}) {
@@ -383,7 +384,8 @@ std::string describe(const ClusterConfig& c) {
       << "\n    publish_retry_ms: " << w.publish_retry_ms << "\n    master_rpc_timeout_ms: " << w.master_rpc_timeout_ms
       << "\n    eviction: " << b(w.eviction) << "\n    eviction_max_bytes_per_round: " << w.eviction_max_bytes_per_round
       << "\n    eviction_interval_ms: " << w.eviction_interval_ms << "\n    eviction_tp_cohorts: "
-      << b(w.eviction_tp_cohorts) << "\n    eviction_free_watermark: " << w.eviction_free_watermark;
+      << b(w.eviction_tp_cohorts) << "\n    eviction_free_watermark: " << w.eviction_free_watermark
+      << "\n    idle_grant_shrink_ms: " << w.idle_grant_shrink_ms;
     if (w.hot_writeback_ratio > 0) o << "\n    replica_writeback_hot_capacity_ratio: " << w.hot_writeback_ratio;
     o << "\n    writeback_demote: " << b(w.writeback_demote) << "\n    writeback_timeout_ms: " << w.writeback_timeout_ms
       << "\n    get_start_wait_ms: " << w.get_start_wait_ms << "\n    replica_task_max_inflight: " << w.replica_task_max_inflight;

@@ -74,13 +74,7 @@ bool ReservePool::refill(uint64_t slot_size, uint32_t need) {
       for (uint32_t g = 0; g < grants_.size(); ++g) {
         Grant& gr = grants_[g];
         if (gr.slot_size != 0 && gr.slot_size != slot_size && gr.free_slots == gr.slots.size()) {
-          SlotClass& other = classes_[gr.slot_size];
-          std::erase_if(other.free, [g](SlotRef r) { return r.grant == g; });
-          other.grants--;
-          counts_.free -= gr.slots.size();
-          counts_.grants--;
-          gr = Grant{};
-          grants_in_use_--;
+          drop_grant(g);
           pick = g;
           break;
         }
@@ -98,6 +92,31 @@ bool ReservePool::refill(uint64_t slot_size, uint32_t need) {
     counts_.grants++;
     counts_.free += per_grant;
   }
+  return true;
+}
+
+void ReservePool::drop_grant(uint32_t g) {
+  Grant& gr = grants_[g];
+  SlotClass& cls = classes_[gr.slot_size];
+  std::erase_if(cls.free, [g](SlotRef r) { return r.grant == g; });
+  cls.grants--;
+  counts_.free -= gr.slots.size();
+  counts_.grants--;
+  gr = Grant{};
+  grants_in_use_--;
+}
+
+std::vector<uint32_t> ReservePool::idle_grants() const {
+  std::vector<uint32_t> out;
+  for (uint32_t g = 0; g < grants_.size(); ++g)
+    if (grants_[g].slot_size != 0 && grants_[g].free_slots == grants_[g].slots.size()) out.push_back(g);
+  return out;
+}
+
+bool ReservePool::release_grant(uint32_t g) {
+  if (g >= grants_.size() || grants_[g].slot_size == 0 || grants_[g].free_slots != grants_[g].slots.size())
+    return false;
+  drop_grant(g);
   return true;
 }
 

@@ -75,6 +75,14 @@ Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, uint64_t
   return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, -1));
 }
 
+void Segment::release(uint64_t offset, uint64_t len) const {
+  if (offset >= size_) return;
+  len = std::min(len, size_ - offset);
+  const uint64_t page = 4096;
+  const uint64_t start = (offset + page - 1) / page * page, end = (offset + len) / page * page;
+  if (end > start) (void)madvise(base_ + start, end - start, MADV_REMOVE);
+}
+
 void Segment::populate(uint64_t offset, uint64_t len) const {
   if (offset >= size_) return;
   len = std::min(len, size_ - offset);

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import fluxon
-from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, labelled, sample, scrape, wait_port
+from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, labelled, metric, sample, scrape, wait_metric, wait_port
 
 
 def test_external_client_maps_the_owner_segment(cluster):
@@ -504,5 +504,34 @@ def test_wait_ready_returns_once_the_expected_capacity_is_faulted_in(tmp_path):
             a.wait_ready(-1)
         a.close()
         b.close()
+    finally:
+        c.stop()
+
+
+def test_idle_grants_are_given_back_and_their_memory_released(tmp_path):
+    """Dynamic mode: grants whose every slot stayed free for idle_grant_shrink_ms go back whole —
+    the gauge says so and the shared-memory file's blocks are freed (its pages given back to the
+    system); a later put carves again."""
+    import glob
+    name = f"shr{os.getpid()}x{free_port()}"
+    c = Cluster(tmp_path, name, metrics=True, owner_extra="idle_grant_shrink_ms: 400").start()
+    try:
+        a = fluxon.KvClient(c.client_config())
+        keys = [f"shr-{i}" for i in range(64)]
+        p = a.local_fast_put_start(keys, 1 << 20)
+        for ptr in fluxon.plan_pointers(p):
+            ctypes.memset(ptr, 7, 1 << 20)
+        a.local_fast_put_commit(p).result(20)
+        (seg,) = glob.glob(f"/dev/shm/fluxon.{name}.1.*")
+        used = os.stat(seg).st_blocks * 512
+        assert used >= 64 << 20
+        assert metric(c.owner_metrics[0], "fluxon_owner_grants") == 4  # 16 slots of 1 MiB a 16 MiB grant
+        assert a.remove_prefix("shr-") == 64
+        wait_metric(c.owner_metrics[0], "fluxon_owner_grants", 0)
+        assert metric(c.owner_metrics[0], "fluxon_owner_grants_shrunk_total") == 4
+        assert os.stat(seg).st_blocks * 512 <= used - (64 << 20)
+        p = a.local_fast_put_start(keys[:1], 1 << 20)  # the capacity is still there
+        a.local_fast_put_commit(p).result(20)
+        a.close()
     finally:
         c.stop()

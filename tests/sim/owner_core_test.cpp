@@ -437,3 +437,40 @@ TEST_CASE("readiness: an owner with an expected capacity is ready once every war
   CHECK(d.warmup_bytes() == 0);
   CHECK(d.ready());
 }
+
+TEST_CASE("idle grants shrink: a dynamic owner gives back a grant whose every slot stayed free for idle_grant_shrink_ms, never one in use, never the expected capacity (S5)") {
+  OwnerConfig cfg = small_owner();  // 8 grants of 1 MiB, 256 slots of 4 KiB each
+  cfg.idle_grant_shrink_ms = 2000;
+  sim::Cluster c(seed_from_env(111), cfg);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) keys.push_back("shrink-" + std::to_string(i));  // two grants
+  for (size_t i = 0; i < keys.size(); i += 50)
+    put_commit(c, 0, s, std::vector<std::string>(keys.begin() + long(i), keys.begin() + long(std::min(i + 50, keys.size()))));
+  c.run_for(500);
+  REQUIRE(c.owner(0).stats().grants == 2);
+  // Everything but one key goes: one grant is idle, the other keeps a committed slot.
+  for (size_t i = 0; i + 1 < keys.size(); ++i) c.remove_key(0, keys[i]);
+  c.run_for(1000);
+  CHECK(c.owner(0).stats().grants == 2);  // idle, but not for long enough yet
+  c.run_for(3000);
+  CHECK(c.owner(0).stats().grants == 1);
+  CHECK(c.owner(0).counters().grants_shrunk_total == 1);
+  CHECK(c.owner(0).local_state(keys.back()) == 2);  // the grant in use stayed, its value readable
+  // Capacity is unchanged: the segment can carve all 8 grants again.
+  std::vector<std::string> more;
+  for (int i = 0; i < 1800; ++i) more.push_back("again-" + std::to_string(i));
+  for (size_t i = 0; i < more.size(); i += 100)
+    put_commit(c, 0, s, std::vector<std::string>(more.begin() + long(i), more.begin() + long(i + 100)));
+  c.run_for(500);
+  CHECK(c.owner(0).stats().grants == 8);
+  // With an expected capacity, its grants are the floor: idle or not, none is given back.
+  OwnerConfig ex = small_owner();
+  ex.idle_grant_shrink_ms = 2000;
+  ex.expected_capacity = ExpectedCapacity{4096, 4ull << 20};
+  sim::Cluster e(seed_from_env(112), ex);
+  e.run_for(10000);
+  CHECK(e.owner(0).stats().grants == 4);
+  CHECK(e.owner(0).counters().grants_shrunk_total == 0);
+}

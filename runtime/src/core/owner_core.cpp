@@ -263,6 +263,25 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   pressure(now, out);
   put_.expire_waiters(now, out);
   write_through_done(out);
+  shrink_idle_grants(now);
+}
+
+void OwnerCore::shrink_idle_grants(Millis now) {
+  // Dynamic mode only: with an expected capacity its grants are the floor (and the limit).
+  if (s_.cfg.idle_grant_shrink_ms == 0 || s_.cfg.expected_capacity || now < next_shrink_check_) return;
+  next_shrink_check_ = now + std::max<Millis>(1, Millis(s_.cfg.idle_grant_shrink_ms) / 4);
+  std::map<uint32_t, Millis> still;
+  for (uint32_t g : s_.pool.idle_grants()) {
+    auto it = idle_since_.find(g);
+    const Millis since = it == idle_since_.end() ? now : it->second;
+    if (now - since >= Millis(s_.cfg.idle_grant_shrink_ms) && s_.pool.release_grant(g)) {
+      s_.counters.grants_shrunk_total++;
+      released_.emplace_back(uint64_t(g) * s_.cfg.grant_bytes, s_.cfg.grant_bytes);
+      continue;
+    }
+    still.emplace(g, since);  // a grant used meanwhile starts over the next time it is idle
+  }
+  idle_since_ = std::move(still);
 }
 
 void OwnerCore::write_through_done(Outbox& out) {

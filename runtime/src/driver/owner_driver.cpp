@@ -81,6 +81,7 @@ void OwnerDriver::remove_key(const std::string& key, Millis now) {
 
 void OwnerDriver::drain() {
   for (auto [offset, len] : core_.take_new_grant_ranges()) ports_.populate(offset, len);
+  for (auto [offset, len] : core_.take_released_grant_ranges()) ports_.release(offset, len);
   // Effects may call back into the driver (a port that delivers at once): take the outbox first.
   Outbox out;
   out.swap(out_);

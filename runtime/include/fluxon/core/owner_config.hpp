@@ -33,6 +33,10 @@ struct OwnerCoreConfig {
   // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
   // put does not wait for a route removal. 0: evict only when a claim finds no slot.
   double eviction_free_watermark = 0.02;
+  // Dynamic mode (no expected capacity): a grant whose every slot stayed Free this long is given
+  // back whole (its memory released to the system; a later claim carves it again). 0: never.
+  // With an expected capacity the warm-up grants are the floor and the limit: none is shrunk (S5).
+  uint32_t idle_grant_shrink_ms = 30000;
   // Owner-hot write-back (replica_writeback_hot_capacity_ratio; 0 = off): live entries also sit in
   // a hot W-TinyLFU tier of this share of the segment; a cohort it evicts gets a copy on a
   // target-role owner (a replica task), and with writeback_demote its copies here then go (single-

@@ -72,6 +72,8 @@ class OwnerCore {
   const ReservePool& pool() const { return s_.pool; }
   // (offset, len) of grants carved since the last call.
   std::vector<std::pair<uint64_t, uint64_t>> take_new_grant_ranges();
+  // (offset, len) of grants given back since the last call: the ports release their memory.
+  std::vector<std::pair<uint64_t, uint64_t>> take_released_grant_ranges() { return std::exchange(released_, {}); }
   // The ports faulted `bytes` of the ranges handed out in (in the order handed out): warm-up
   // progress. Ready once the expected-capacity grants carved at start are all faulted in.
   void on_populated(uint64_t bytes) { populated_bytes_ += bytes; }
@@ -139,6 +141,10 @@ class OwnerCore {
   std::string data_host_;
   uint16_t data_port_ = 0;
   Millis now_ = 0;  // the clock of the current call (set by every entry point that is given one)
+  void shrink_idle_grants(Millis now);
+  std::map<uint32_t, Millis> idle_since_;  // idle grant -> when it was first seen idle
+  Millis next_shrink_check_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> released_;
   uint64_t warmup_bytes_ = 0;     // the grants carved at start (expected capacity), in bytes
   uint64_t populated_bytes_ = 0;  // bytes the ports faulted in so far
 };

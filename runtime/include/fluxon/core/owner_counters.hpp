@@ -12,6 +12,7 @@
   X(put_abort_total, "fluxon_owner_put_abort_total", "", "Put plans aborted") \
   X(put_live_total, "fluxon_owner_put_live_total", "", "Publish jobs that reached a terminal state") \
   X(put_keys_total, "fluxon_owner_put_keys_total", "", "Keys given a slot by put_start") \
+  X(grants_shrunk_total, "fluxon_owner_grants_shrunk_total", "", "Idle grants given back whole (dynamic mode, idle_grant_shrink_ms)") \
   X(put_conflict_total, "fluxon_owner_put_conflict_total", "", "put_start refused by KeyConflict") \
   X(put_nospace_total, "fluxon_owner_put_nospace_total", "", "put_start refused by NoSpace") \
   X(reserve_waits_total, "fluxon_owner_reserve_waits_total", "", "Claims that had to wait for slots") \

@@ -36,6 +36,8 @@ class OwnerPorts {
   // Grants newly carved: fault their pages in (off the owner's thread), in order, and report each
   // range done to OwnerDriver::on_populated() (warm-up progress).
   virtual void populate(uint64_t offset, uint64_t len) = 0;
+  // A grant given back (idle shrink): release its memory to the system (no slot of it is in use).
+  virtual void release(uint64_t offset, uint64_t len) {}
   // Call OwnerDriver::flush() once the inputs already queued are handled (G9).
   virtual void flush_soon() = 0;
 };

@@ -106,6 +106,11 @@ class ReservePool {
   bool take_freed() { bool f = freed_; freed_ = false; return f; }
   // Grants carved since the last call: the owner faults their memory in (a grant is a reservation).
   std::vector<uint32_t> take_new_grants() { return std::exchange(new_grants_, {}); }
+  // Grants serving a class whose every slot is Free: what a shrink may give back.
+  std::vector<uint32_t> idle_grants() const;
+  // Gives idle grant `g` back to the segment, whole (no live compaction); false when it is not
+  // idle. Capacity is unchanged (S5): a later claim carves it again.
+  bool release_grant(uint32_t g);
 
  private:
   struct Grant {
@@ -119,6 +124,7 @@ class ReservePool {
     uint64_t claimed = 0;              // slots claimed so far (a running count)
   };
   bool refill(uint64_t slot_size, uint32_t need);
+  void drop_grant(uint32_t g);  // an idle grant leaves its class
   void make_free(SlotRef r);
   uint64_t max_slots_for(uint64_t slot_size) const;
 

@@ -27,6 +27,9 @@ class Segment {
   // Fault [offset, offset+len) in, writable, in one system call (MADV_POPULATE_WRITE; a page-touch
   // loop where the kernel lacks it): first writes then run at memory speed, not page-fault speed.
   void populate(uint64_t offset, uint64_t len) const;
+  // Gives the pages of [offset, offset+len) back to the system (shared memory: the backing is freed,
+  // every mapping reads zeros there until written again). Whole pages only.
+  void release(uint64_t offset, uint64_t len) const;
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
 
