@@ -86,6 +86,15 @@ class Requests:
             yield turn, batch
 
 
+def lru_prefix(index: OrderedDict, hashes) -> int:
+    """How many leading hashes an LRU index holds; each one found becomes the most recent."""
+    n = 0
+    while n < len(hashes) and hashes[n] in index:
+        index.move_to_end(hashes[n])
+        n += 1
+    return n
+
+
 class GpuPool:
     """The bounded per-rank KV pool with a radix/LRU index: host memory standing in for the GPU, or
     (--gpu) real GPU memory, whose pages move to and from Fluxon values with the CUDA kernels
@@ -142,11 +151,7 @@ class GpuPool:
             ctypes.memmove(self.slot_ptr(slot), data, self.page_bytes)
 
     def lookup_prefix(self, hashes):
-        n = 0
-        while n < len(hashes) and hashes[n] in self.index:
-            self.index.move_to_end(hashes[n])
-            n += 1
-        return n
+        return lru_prefix(self.index, hashes)
 
     def slot_ptr(self, slot):
         return self.base + slot * self.page_bytes
@@ -165,11 +170,7 @@ class HostPool:
         self.evicted = 0
 
     def lookup_prefix(self, hashes):
-        n = 0
-        while n < len(hashes) and hashes[n] in self.index:
-            self.index.move_to_end(hashes[n])
-            n += 1
-        return n
+        return lru_prefix(self.index, hashes)
 
     def read(self, h) -> bytes:
         return ctypes.string_at(self.base + self.index[h] * self.page_bytes, self.page_bytes)
