@@ -62,11 +62,12 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
           "float16": "float16", "fp16": "float16"}
 # logits_vs_recompute: relative L2 error allowed between the cached continuation and a full recompute.
 # Measured on the in-script model (bf16, hidden 256, 1K prefix): 0.9% at 4 layers, 2.6% at 16, 4.2% at
-# 32 -- rounding noise grows with depth -- while a wrong cache gives O(1) (uncorrelated logits: ~1.4).
-# An MoE model (the MLA one) gets 2.5x: a rounding difference can flip a token's expert choice, a
-# discrete change that the dense models do not have.
-TOLERANCE = {"float32": 1e-4, "bfloat16": 0.2, "float16": 0.2}
-MOE_TOLERANCE_FACTOR = 2.5
+# 32 -- rounding noise grows with depth -- and on the H200 (2026-12-01, bf16): Llama-3-8B shape 4.1%
+# (4K) / 3.9% (16K), DeepSeek-V2-Lite shape 3.3% / 3.5%; a wrong cache gives O(1) (uncorrelated
+# logits: 1.2-1.4). The bound sits at 2.5x the largest seen. An MoE model (the MLA one) gets 1.5x on
+# top: a rounding difference can flip a token's expert choice, a discrete change dense models lack.
+TOLERANCE = {"float32": 1e-4, "bfloat16": 0.1, "float16": 0.1}
+MOE_TOLERANCE_FACTOR = 1.5
 
 
 T0 = time.perf_counter()
