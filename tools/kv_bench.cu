@@ -1,6 +1,9 @@
 // fluxon_kv_bench: KV page copies through plan blobs on the GPU, against baselines measured in the
 // same run: contiguous cudaMemcpyAsync of the same bytes (the link's limit) and a per-page
 // cudaMemcpyAsync loop (the naive path). Both Fluxon paths: SM kernel and copy engines.
+#ifdef FLUXON_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +18,26 @@
 #include "fluxon/kv/kv_cuda.hpp"
 
 using namespace fluxon::kv;
+
+#ifdef FLUXON_HAVE_CUBLAS
+#define CB(x)                                                                                 \
+  do {                                                                                        \
+    cublasStatus_t e_ = (x);                                                                  \
+    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+      std::fprintf(stderr, "%s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+#endif
+// Every Fluxon copy's Status is checked: a failed copy must never report a fast time.
+#define OK(x)                                                                                               \
+  do {                                                                                                      \
+    const fluxon::Status st_ = (x);                                                                         \
+    if (!st_.is_ok()) {                                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, std::string(st_.message()).c_str()); \
+      std::exit(1);                                                                                         \
+    }                                                                                                       \
+  } while (0)
 
 #define CK(x)                                                                            \
   do {                                                                                   \
@@ -184,8 +207,8 @@ int main() {
     std::printf("%-6s %12s %12s %14s %10s\n", "pages", "SM us", "CE us", "bound us", "SM/bound");
     for (size_t n : {1, 8, 32}) {
       Setup st(KvLayout{ValueLayout::kPageFirst, 36, 64, 512}, n, host, host_bytes);
-      const double sm = 1e3 * time_ms(s, [&] { g.copy(Direction::kRestore, st.copy(), s, CopyPath::kSmKernel); }, 21);
-      const double ce = 1e3 * time_ms(s, [&] { g.copy(Direction::kRestore, st.copy(), s, CopyPath::kCopyEngine); }, 21);
+      const double sm = 1e3 * time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, CopyPath::kSmKernel)); }, 21);
+      const double ce = 1e3 * time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, CopyPath::kCopyEngine)); }, 21);
       const double bound = 1.15 * (double(st.bytes()) / 1e9) / link * 1e6 + 15;
       std::printf("%-6zu %12.1f %12.1f %14.1f %10.2f\n", n, sm, ce, bound, sm / bound);
     }
@@ -203,7 +226,7 @@ int main() {
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     const long long cycles = (long long)khz * 40;  // ~40 ms at that clock
     for (auto p : {CopyPath::kSmKernel, CopyPath::kCopyEngine}) {
-      const double alone = time_ms(s, [&] { g.copy(Direction::kRestore, st.copy(), s, p); });
+      const double alone = time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, p)); });
       std::vector<double> t;
       for (int r = 0; r < 3; ++r) {
         busy_kernel<<<prop.multiProcessorCount * 4, 1024, 0, busy>>>(cycles);
@@ -211,7 +234,7 @@ int main() {
         cudaEventCreate(&a);
         cudaEventCreate(&b);
         cudaEventRecord(a, s);
-        g.copy(Direction::kRestore, st.copy(), s, p);
+        OK(g.copy(Direction::kRestore, st.copy(), s, p));
         cudaEventRecord(b, s);
         cudaEventSynchronize(b);
         float ms = 0;
@@ -223,6 +246,95 @@ int main() {
                   p == CopyPath::kSmKernel ? "SM kernel" : "copy engine", alone, median(t), median(t) / alone);
     }
   }
-  cuda_unregister_host(host);
+
+  // Beside the model's own work: a saturating bf16 GEMM (cuBLAS, 8192^3) on another stream. Each
+  // copy path restores 256 MiB of scattered pages over and over while a loop of GEMMs runs; reported:
+  // the copies' bandwidth beside the GEMMs against alone, and the GEMMs' slowdown (issue goals: >= 64 KiB
+  // pages at >= 0.8x idle bandwidth with <= 10% GEMM slowdown; 16 KiB at >= 0.5x the idle SM kernel).
+#ifndef FLUXON_HAVE_CUBLAS
+  std::printf("\nrestores beside a bf16 GEMM: not measured (built without cuBLAS)\n");
+#else
+  std::printf("\nrestores beside a saturating bf16 GEMM (cuBLAS 8192x8192x8192, its own stream)\n");
+  {
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    const int M = 8192;
+    void *A = nullptr, *B = nullptr, *C = nullptr;
+    for (void** p : {&A, &B, &C}) {
+      CK(cudaMalloc(p, size_t(M) * M * 2));
+      CK(cudaMemset(*p, 0x3c, size_t(M) * M * 2));  // bf16 ~1.2e-2: finite products, no denormals
+    }
+    cudaStream_t gs, hi;
+    CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+    int least = 0, greatest = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, greatest));
+    CB(cublasSetStream(h, gs));
+    const float alpha = 1.0f, beta = 0.0f;
+    auto gemm = [&] {
+      CB(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, M, M, &alpha, A, CUDA_R_16BF, M, B, CUDA_R_16BF, M, &beta, C,
+                      CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    const int loop = 40;
+    const double gemm_alone = time_ms(gs, [&] { for (int i = 0; i < loop; ++i) gemm(); }, 3);
+    std::printf("GEMM alone: %.3f ms each (%.0f TFLOP/s)\n", gemm_alone / loop,
+                2.0 * M * M * double(M) / (gemm_alone / loop * 1e-3) / 1e12);
+    std::printf("page      path              alone GB/s  beside GB/s      x   GEMM slowdown\n");
+    struct Variant {
+      const char* name;
+      CopyPath path;
+      cudaStream_t stream;
+    };
+    for (size_t page : {size_t(16) << 10, size_t(64) << 10}) {
+      const size_t n = (256ull << 20) / page;
+      Setup st(KvLayout{ValueLayout::kMla, 1, 16, page / 16}, n, host, host_bytes);
+      const double gb = double(st.bytes()) / 1e9;
+      for (const Variant& v : {Variant{"SM kernel", CopyPath::kSmKernel, s},
+                               Variant{"SM, high prio", CopyPath::kSmKernel, hi},
+                               Variant{"copy engine", CopyPath::kCopyEngine, s}}) {
+        const double alone = time_ms(v.stream, [&] { OK(g.copy(Direction::kRestore, st.copy(), v.stream, v.path)); });
+        // Enough copies to outlast the GEMM loop; only those that end before it does are counted.
+        const int copies = int(std::min(200.0, 2.0 * gemm_alone / alone + 4));
+        std::vector<cudaEvent_t> ev(size_t(copies) + 1);
+        for (auto& e : ev) CK(cudaEventCreate(&e));
+        cudaEvent_t g0, g1;
+        CK(cudaEventCreate(&g0));
+        CK(cudaEventCreate(&g1));
+        CK(cudaEventRecord(g0, gs));
+        for (int i = 0; i < loop; ++i) gemm();
+        CK(cudaEventRecord(g1, gs));
+        CK(cudaStreamWaitEvent(v.stream, g0, 0));
+        CK(cudaEventRecord(ev[0], v.stream));
+        for (int i = 0; i < copies; ++i) {
+          OK(g.copy(Direction::kRestore, st.copy(), v.stream, v.path));
+          CK(cudaEventRecord(ev[size_t(i) + 1], v.stream));
+        }
+        CK(cudaEventSynchronize(g1));
+        CK(cudaStreamSynchronize(v.stream));
+        float gemm_beside = 0;
+        CK(cudaEventElapsedTime(&gemm_beside, g0, g1));
+        int done = 0;
+        float span = 0;
+        for (int i = 1; i <= copies; ++i) {
+          float end = 0;
+          CK(cudaEventElapsedTime(&end, g0, ev[size_t(i)]));
+          if (end > gemm_beside) break;
+          done = i;
+          CK(cudaEventElapsedTime(&span, ev[0], ev[size_t(i)]));
+        }
+        const double beside = done > 0 ? gb * done / (span * 1e-3) : 0.0;
+        std::printf("%-9zu %-16s %11.1f %12.1f %6.2f %10.1f%%%s\n", page, v.name, gb / (alone * 1e-3), beside,
+                    beside / (gb / (alone * 1e-3)), 100.0 * (gemm_beside / gemm_alone - 1.0),
+                    done == 0 ? "  (no copy ended while the GEMMs ran)" : "");
+        for (auto& e : ev) cudaEventDestroy(e);
+        cudaEventDestroy(g0);
+        cudaEventDestroy(g1);
+      }
+    }
+    CB(cublasDestroy(h));
+    for (void* p : {A, B, C}) cudaFree(p);
+  }
+#endif
+  (void)cuda_unregister_host(host);
   return 0;
 }
