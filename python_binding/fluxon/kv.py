@@ -8,6 +8,7 @@ Layouts (the byte contract with the SGLang side; see the README): ``page_first``
 ``v_ptrs`` are host base addresses of per-layer buffers ``[token_slot][item]``. ``GpuCopier`` runs
 the CUDA kernels (``path="sm"``) or the copy engines (``path="copy_engine"``) on a stream, with
 device base addresses; the values must be registered (``KvClient.register_segments_with_cuda``).
+The default ``path="auto"`` picks per call (``choose_path``) and each call returns the path it used.
 """
 
 from __future__ import annotations
@@ -15,6 +16,19 @@ from __future__ import annotations
 from . import _fluxon
 
 HAVE_CUDA = bool(_fluxon.HAVE_CUDA)
+
+
+# path="auto": the copy engines for chunks of at least this many bytes, the SM kernel below. Measured
+# on the H200 beside a saturating bf16 GEMM (README, "GPU data plane"): at 64 KiB the copy engines
+# restore at 50 GB/s and leave the GEMM alone, the SM kernel keeps 42 GB/s but slows it 3x; below,
+# the copy engines' per-descriptor cost (4.7 GB/s at 16 KiB) makes the SM kernel the only usable path.
+COPY_ENGINE_MIN_CHUNK = 64 << 10
+
+
+def choose_path(page_size: int, item_bytes: int) -> str:
+    """The path ``path="auto"`` takes for a layout's (page, layer, K|V) chunk of ``page_size *
+    item_bytes`` contiguous bytes: ``"copy_engine"`` from COPY_ENGINE_MIN_CHUNK, else ``"sm"``."""
+    return "copy_engine" if page_size * item_bytes >= COPY_ENGINE_MIN_CHUNK else "sm"
 
 
 def value_bytes(layout: str, layer_num: int, page_size: int, item_bytes: int) -> int:
@@ -38,11 +52,17 @@ class GpuCopier:
         self._g = _fluxon._GpuCopier()
 
     def write_pages_to_values(self, plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs,
-                              page_indices, *, layer=-1, stream=0, path="sm"):
+                              page_indices, *, layer=-1, stream=0, path="auto") -> str:
+        """Returns the path it used (``path="auto"``: ``choose_path``)."""
+        used = choose_path(page_size, item_bytes) if path == "auto" else path
         self._g.copy("backup", plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs, page_indices,
-                     layer, stream, path)
+                     layer, stream, used)
+        return used
 
     def restore_pages_from_values(self, plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs,
-                                  page_indices, *, layer=-1, stream=0, path="sm"):
+                                  page_indices, *, layer=-1, stream=0, path="auto") -> str:
+        """Returns the path it used (``path="auto"``: ``choose_path``)."""
+        used = choose_path(page_size, item_bytes) if path == "auto" else path
         self._g.copy("restore", plan_ptr, layout, layer_num, page_size, item_bytes, k_ptrs, v_ptrs, page_indices,
-                     layer, stream, path)
+                     layer, stream, used)
+        return used

@@ -67,3 +67,16 @@ def test_gpu_copier_without_a_gpu_fails_cleanly():
     g = kv.GpuCopier()
     with pytest.raises(fluxon.Internal, match="CUDA"):
         g.write_pages_to_values(1, "mla", 1, 4, 32, [1], None, [0])
+
+
+def test_auto_path_takes_the_copy_engines_from_64_kib_chunks():
+    """path="auto" (the GpuCopier default): the measured rule — the copy engines for (page, layer,
+    K|V) chunks of 64 KiB and more (they run beside the model's GEMMs without slowing them), the SM
+    kernel below (the copy engines' per-descriptor cost)."""
+    assert kv.choose_path(64, 1024) == "copy_engine"    # 64 tokens x 1 KiB: 64 KiB
+    assert kv.choose_path(64, 1024 - 2) == "sm"
+    assert kv.choose_path(16, 4096) == "copy_engine"
+    assert kv.choose_path(64, 512) == "sm"              # 32 KiB
+    import inspect
+    for m in (kv.GpuCopier.write_pages_to_values, kv.GpuCopier.restore_pages_from_values):
+        assert inspect.signature(m).parameters["path"].default == "auto"
