@@ -66,19 +66,17 @@ bool ReplicaPuller::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox
 void ReplicaPuller::start(std::vector<Task> tasks, Millis now, Outbox& out,
                           const std::function<bool(const std::string&)>& putting) {
   std::vector<std::string> fetch, parents;
-  std::vector<Task> kept;
   for (auto& t : tasks) {
     if (s_.local.contains(t.key) || gets_.fetching(t.key) || putting(t.key)) {
       s_.counters.replica_tasks_skipped_total++;  // here already, or on its way
       continue;
     }
-    fetch.push_back(t.key);
-    parents.push_back(t.parent);
-    kept.push_back(std::move(t));
+    fetch.push_back(std::move(t.key));
+    parents.push_back(std::move(t.parent));
   }
   // The flights hold their interest for the task until they are terminal (settle drops it).
   const auto ids = gets_.start_held(fetch, parents, now, out);
-  for (size_t i = 0; i < ids.size(); ++i) flights_.emplace(ids[i], std::move(kept[i]));
+  for (size_t i = 0; i < ids.size(); ++i) flights_.emplace(ids[i], Task{std::move(fetch[i]), std::move(parents[i])});
 }
 
 void ReplicaPuller::settle(Millis now, Outbox& out) {
