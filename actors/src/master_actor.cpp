@@ -35,6 +35,7 @@ void export_metrics(MasterState& st) {
 
 caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics) {
   self->state.core = MasterCore(mcfg.get_inflight_ttl_ms, mcfg.replica_target_roles());
+  self->state.core.set_tiers(mcfg.replica_cache_capacity_ratio, mcfg.replica_writeback_tier1_capacity_ratio);
   if (metrics && mcfg.metrics_port != 0) {
     try {
       self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);

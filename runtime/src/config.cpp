@@ -120,9 +120,9 @@ Status parse_master(const YAML::Node& n, MasterConfig& m) {
   }
   if (m.remote_only_node_roles.empty())
     return invalid_argument("master.replica_task_placement.remote_only_node_roles: empty");
-  // The master's two tiers (T1 hot route metadata, T2 resident): checked as the design says, then
-  // refused - they are not built, and a ratio that changed nothing would mislead.
-  double t2 = 0, t1 = 0;
+  // The master's two tiers (T1 hot route metadata, T2 resident), as the design checks them.
+  double& t2 = m.replica_cache_capacity_ratio;
+  double& t1 = m.replica_writeback_tier1_capacity_ratio;
   FLX_TRY(get_ratio(n, "replica_cache_capacity_ratio", "master", t2));
   FLX_TRY(get_ratio(n, "replica_writeback_tier1_capacity_ratio", "master", t1));
   if (t1 > 0 && t1 >= (t2 > 0 ? t2 : 1))
@@ -130,10 +130,6 @@ Status parse_master(const YAML::Node& n, MasterConfig& m) {
   if (t1 > 0 && !m.restrict_to_remote_only_node_roles)
     return invalid_argument("master.replica_writeback_tier1_capacity_ratio: needs "
                             "replica_task_placement.restrict_to_remote_only_node_roles: true");
-  for (const char* k : {"replica_cache_capacity_ratio", "replica_writeback_tier1_capacity_ratio"})
-    if (n[k])
-      return invalid_argument(std::string("master.") + k +
-                              ": the master's T1/T2 route tiers are not built yet (README: not there yet)");
   FLX_TRY(get_uint(n, "get_inflight_ttl_ms", "master", m.get_inflight_ttl_ms));
   FLX_TRY(get_str(n, "listen_host", "master", m.listen_host));
   FLX_TRY(get_uint(n, "port", "master", m.port));
@@ -370,6 +366,9 @@ std::string describe(const ClusterConfig& c) {
     << "\n  get_inflight_ttl_ms: " << m.get_inflight_ttl_ms << "\n  replica_task_placement:\n"
     << "    remote_only_node_roles: " << roles(m.remote_only_node_roles) << "\n"
     << "    restrict_to_remote_only_node_roles: " << b(m.restrict_to_remote_only_node_roles) << "\n";
+  if (m.replica_cache_capacity_ratio > 0) o << "  replica_cache_capacity_ratio: " << m.replica_cache_capacity_ratio << "\n";
+  if (m.replica_writeback_tier1_capacity_ratio > 0)
+    o << "  replica_writeback_tier1_capacity_ratio: " << m.replica_writeback_tier1_capacity_ratio << "\n";
   o << (c.owners.empty() ? "owners: []\n" : "owners:\n");
   for (const auto& w : c.owners) {
     o << "  - node_id: " << w.node_id << "\n    role: " << w.role << "\n    listen_host: " << w.listen_host

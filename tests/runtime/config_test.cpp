@@ -145,7 +145,7 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
             .find("replica_task_placement.remote_only_node_roles: 'gpu'") != std::string::npos);
   CHECK(err("master: {replica_task_placement: {strict: true}}").find("replica_task_placement.strict: unknown key") !=
         std::string::npos);
-  // T1 below T2, both in (0, 1), T1 only with strict placement; then refused: the tiers are not built.
+  // T1 below T2, both in (0, 1), T1 only with strict placement.
   CHECK(err("master: {replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.95}")
             .find("replica_writeback_tier1_capacity_ratio: must be below replica_cache_capacity_ratio") != std::string::npos);
   CHECK(err("master: {replica_cache_capacity_ratio: 1.5}").find("replica_cache_capacity_ratio: must be in (0, 1)") !=
@@ -153,8 +153,16 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
   CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}, "
             "replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.75}")
             .find("needs replica_task_placement.restrict_to_remote_only_node_roles: true") != std::string::npos);
-  CHECK(err("master: {replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.75}")
-            .find("not built yet") != std::string::npos);
+  auto tiers = parse_config_text("master: {replica_cache_capacity_ratio: 0.95, replica_writeback_tier1_capacity_ratio: 0.75}\n");
+  REQUIRE(tiers.ok());
+  CHECK(tiers->master.replica_cache_capacity_ratio == doctest::Approx(0.95));
+  CHECK(tiers->master.replica_writeback_tier1_capacity_ratio == doctest::Approx(0.75));
+  // The resolved config prints them, and reads back the same.
+  const std::string printed = describe(*tiers);
+  CHECK(printed.find("replica_writeback_tier1_capacity_ratio: 0.75") != std::string::npos);
+  auto again = parse_config_text(printed);
+  REQUIRE(again.ok());
+  CHECK(again->master.replica_cache_capacity_ratio == doctest::Approx(0.95));
   // Owner-hot write-back: a ratio in (0, 1), and only with strict placement.
   CHECK(err("owners: [{replica_writeback_hot_capacity_ratio: 0}]").find("must be in (0, 1)") != std::string::npos);
   CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"

@@ -24,13 +24,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
     // Never a page a reader holds now, nor one whose exact cohort has one: the cohort goes whole
     // or not at all, and a held member would keep it Busy until restored.
-    for (const auto& id : index.exact_cohort({r.put_id, r.group}))
-      if (const auto* keys = index.cohort(id))
-        for (const auto& key : *keys) {
-          auto m = index.find(key);
-          if (m != index.end() && m->second.live && pool.slot(m->second.slot).holder_refs > 0) return false;
-        }
-    return true;
+    return !index.cohort_held({r.put_id, r.group}, pool);
   };
   // Prefix-aware (some entry names its parent page): cohorts that no held page continues go first,
   // in the tier's own order, one at a time, and their parents may follow in the same round: a chain

@@ -23,6 +23,16 @@ LocalIndex::LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts)
     hot_ = std::make_unique<Tier>(tier_options(uint64_t(double(segment_len) * hot_ratio), true, segment_len));
 }
 
+bool LocalIndex::cohort_held(CohortId id, const ReservePool& pool) const {
+  for (const auto& c : exact_cohort(id))
+    if (const auto* keys = cohort(c))
+      for (const auto& key : *keys) {
+        auto m = find(key);
+        if (m != end() && m->second.live && pool.slot(m->second.slot).holder_refs > 0) return true;
+      }
+  return false;
+}
+
 void LocalIndex::insert(const std::string& key, Entry e, const std::string* parent) {
   cohorts_[{e.put_id, e.group}].push_back(key);
   entries_[key] = e;

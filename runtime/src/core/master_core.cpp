@@ -42,6 +42,7 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   if (at == reps.size()) return false;
   if (tombstone) entomb(key, node_id, it->second.ver, reps[at].generation);
   count_cohort(node_id, reps[at], -1);
+  if (!tiers_.empty()) tier_leave(node_id, key);
   reps.erase_at(at);
   replicas_--;
   counters_.replicas_removed_total++;
@@ -78,11 +79,12 @@ void MasterCore::count_cohort(uint32_t node, const Replica& rep, int delta) {
   }
 }
 
-void MasterCore::add_replica(Route& r, Replica rep) {
+void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
   count_cohort(rep.node_id, rep, +1);
   r.replicas.push_back(rep);
   replicas_++;
   counters_.replicas_published_total++;
+  if (!tiers_.empty()) tier_enter(rep.node_id, key, r.ver, rep.slot_size ? rep.slot_size : r.len);
 }
 
 uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
@@ -121,6 +123,7 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
 
 void MasterCore::tick(Millis now) {
   now_ = now;
+  if (!tiers_.empty()) tiers_tick(now);
   while (!ended_order_.empty() && ended_order_.front().first <= now) {
     auto e = ended_gets_.find(ended_order_.front().second);
     if (e != ended_gets_.end() && e->second.expires == ended_order_.front().first) ended_gets_.erase(e);
@@ -195,7 +198,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
           continue;
         }
         // Another replica of the same version (a resync after a master restart).
-        add_replica(r, Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id,
+        add_replica(item->key, r, Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id,
                                           item->slot_size});
         rep.results.push_back(wire::PutItemResult::Live);
         continue;
@@ -214,6 +217,10 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
         r.replicas[0].group = item->group;
         r.replicas[0].slot_size = item->slot_size;
         count_cohort(pd.node_id, r.replicas[0], +1);
+        if (!tiers_.empty()) {  // the old version leaves the tiers, the new one enters
+          tier_leave(pd.node_id, item->key);
+          tier_enter(pd.node_id, item->key, v, item->slot_size ? item->slot_size : item->len);
+        }
         rep.results.push_back(wire::PutItemResult::Live);
         counters_.routes_published_total++;
         continue;
@@ -233,7 +240,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     }
     if (!tombstones_.empty()) tombstones_.erase({item->key, pd.node_id});
     auto [route, _] = routes_.emplace(item->key, Route{v, item->len, {}});
-    add_replica(route->second,
+    add_replica(item->key, route->second,
                 Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id, item->slot_size});
     rep.results.push_back(wire::PutItemResult::Live);
     counters_.routes_published_total++;
@@ -298,15 +305,23 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     o.data_host = r->data_host;
     o.data_port = r->data_port;
     rep.replica_target = is_replica_target(r->node_id);
+    tiers_registered(r->node_id);
+    if (tiers_.count(r->node_id)) rep.tier_poll_ms = kTierPollMs;
     return make_envelope(std::move(rep));
   }
-  if (auto* pd = req.body.AsPutDone()) return put_done(*pd);
-  if (auto* gs = req.body.AsBatchGetStart()) return get_start(*gs, now);
-  if (auto* gd = req.body.AsBatchGetDone()) return get_done(*gd);
-  if (auto* gr = req.body.AsBatchGetRevoke()) return get_revoke(*gr);
+  // The requests that name their node: their replies carry the node's T2 victims (Envelope.evict).
+  auto with_victims = [this](uint32_t node, Envelope reply) {
+    if (!tiers_.empty() && !reply.body.AsError()) hand_victims(node, reply);
+    return reply;
+  };
+  if (auto* pd = req.body.AsPutDone()) return with_victims(pd->node_id, put_done(*pd));
+  if (auto* gs = req.body.AsBatchGetStart()) return with_victims(gs->node_id, get_start(*gs, now));
+  if (auto* gd = req.body.AsBatchGetDone()) return with_victims(gd->node_id, get_done(*gd));
+  if (auto* gr = req.body.AsBatchGetRevoke()) return with_victims(gr->node_id, get_revoke(*gr));
   if (auto* rr = req.body.AsRemoveRoutes()) return remove_routes(*rr);
-  if (auto* rc = req.body.AsReclaim()) return reclaim(*rc);
-  if (auto* rp = req.body.AsReplicaPoll()) return replica_poll(*rp);
+  if (auto* rc = req.body.AsReclaim()) return with_victims(rc->node_id, reclaim(*rc));
+  if (auto* rp = req.body.AsReplicaPoll()) return with_victims(rp->node_id, replica_poll(*rp));
+  if (auto* tp = req.body.AsTierPoll()) return with_victims(tp->node_id, make_envelope(wire::TierPollReplyT{}));
   if (auto* lk = req.body.AsLookup()) {
     counters_.lookups_total++;
     counters_.lookup_keys_total += lk->keys.size();
@@ -335,7 +350,7 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     rep.values = stat_values(stats(), counters_);
     return make_envelope(std::move(rep));
   }
-  if (auto* w = req.body.AsWriteBack()) return write_back(*w, now_);
+  if (auto* w = req.body.AsWriteBack()) return with_victims(w->node_id, write_back(*w, now_));
   if (auto* p = req.body.AsPing()) return make_envelope(wire::PongT{{}, p->seq});
   counters_.errors_total++;
   counters_.malformed_total++;
@@ -351,6 +366,12 @@ MasterStats MasterCore::stats() const {
   s.replica_tasks_queued = replica_queue_.size();
   s.reclaims = reclaims_.size();
   s.reclaim_fences = reclaim_fences_.size();
+  for (const auto& [node, t] : tiers_) {
+    s.tier2_bytes += t.t2 ? t.t2->weighted_size() : 0;
+    s.tier1_bytes += t.t1 ? t.t1->weighted_size() : 0;
+    s.tier2_victim_bytes += t.victim_bytes;
+    s.tier2_victims += t.victims.size();
+  }
   return s;
 }
 

@@ -116,6 +116,7 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
       gets_.emplace(gk, GetFlight{item->get_id, req.generation, best->node_id, r.ver, now + get_ttl_ms_});
       reads_[{item->key, best->node_id}]++;
       counters_.get_started_total++;
+      if (!tiers_.empty()) tier_read(best->node_id, item->key, r.ver, best->slot_size ? best->slot_size : r.len);
       fill(r, *best);
     }();
     if (s->status != wire::GetStartStatus::Started) note_ended(gk, item->get_id);
@@ -148,7 +149,7 @@ Envelope MasterCore::get_done(const wire::BatchGetDoneT& req) {
         rep.results.push_back(same ? wire::GetDoneStatus::Live : wire::GetDoneStatus::Stale);
         continue;
       }
-      add_replica(route->second,
+      add_replica(item->key, route->second,
                   Replica{req.node_id, item->group, req.generation, item->offset, item->instance, item->slot_size});
       rep.results.push_back(wire::GetDoneStatus::Live);
       continue;

@@ -38,15 +38,7 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
       rep.status.push_back(wire::WriteBackStatus::NoTarget);
       continue;
     }
-    auto t = writeback_tasks_.find(item->key);
-    if (t == writeback_tasks_.end() || !(t->second.first == v) || now >= t->second.second) {
-      if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
-      replica_queue_.push_back(ReplicaTask{item->key, v, req.node_id, item->parent});
-      writeback_tasks_[item->key] = {v, now + kWriteBackTaskMs};
-      writeback_order_.emplace_back(now + kWriteBackTaskMs, item->key);
-      counters_.writeback_tasks_total++;
-      counters_.replica_tasks_total++;
-    }
+    queue_writeback(item->key, v, req.node_id, item->parent, now);
     rep.status.push_back(wire::WriteBackStatus::Queued);
   }
   return make_envelope(std::move(rep));

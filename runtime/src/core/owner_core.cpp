@@ -162,6 +162,7 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
 
 void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
   now_ = now;
+  if (!reply.evict.empty()) take_tier_victims(reply, now, out);
   const JobKind kind = OwnerShared::kind_of(token);
   if (kind == JobKind::kProxy) {
     if (auto p = proxied_.find(token); p != proxied_.end()) {
@@ -176,7 +177,13 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Out
     case JobKind::kRegister:
       if (token != register_token_) return;  // an older registration's answer
       register_token_ = 0;
-      if (auto* rr = reply.body.AsRegisterOwnerReply()) s_.replica_target = rr->replica_target;
+      if (auto* rr = reply.body.AsRegisterOwnerReply()) {
+        s_.replica_target = rr->replica_target;
+        tier_poll_ms_ = rr->tier_poll_ms;
+      }
+      break;
+    case JobKind::kTierPoll:
+      if (token == tier_poll_token_) tier_poll_token_ = 0;
       break;
     case JobKind::kReplicaPoll:
       if (!replicas_.on_reply(token, reply, now, out, [this](const std::string& k) { return put_.in_flight(k); }))
@@ -216,6 +223,7 @@ bool OwnerCore::known_token(uint64_t token) const {
     case JobKind::kPublish: return put_.owns(token);
     case JobKind::kRemove: return removal_.owns(token);
     case JobKind::kReclaim: return reclaim_.owns(token);
+    case JobKind::kTierPoll: return token == tier_poll_token_;
   }
   return false;
 }
@@ -255,6 +263,7 @@ void OwnerCore::tick(Millis now, Outbox& out) {
   replicas_.settle(now, out);
   replicas_.poll(now, out, [this](const std::string& k) { return put_.in_flight(k); });
   writeback_.retry(now, out);
+  tier_poll(now, out);
   if (register_token_ && now - register_sent_ >= Millis(s_.cfg.publish_retry_ms)) start(now, out);
   // Reserve waits: the head waiter keeps eviction going while it waits (pressure, bounded per
   // round), the soft wait is noted, the hard timeout fails the claim naming its stage.
@@ -420,6 +429,45 @@ void OwnerCore::evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& ou
     }
   }
   reclaim_.begin(std::move(members), now, out);
+}
+
+void OwnerCore::tier_poll(Millis now, Outbox& out) {
+  if (tier_poll_ms_ == 0) return;
+  const Millis wait = tier_poll_token_ ? Millis(s_.cfg.publish_retry_ms) : Millis(tier_poll_ms_);
+  if (now - tier_poll_sent_ < wait) return;
+  tier_poll_sent_ = now;
+  tier_poll_token_ = s_.new_token(JobKind::kTierPoll);
+  s_.to_master(tier_poll_token_, make_envelope(wire::TierPollT{{}, s_.cfg.node_id, s_.generation}), out);
+}
+
+void OwnerCore::take_tier_victims(const Envelope& reply, Millis now, Outbox& out) {
+  for (const auto& v : reply.evict) {
+    s_.counters.tier_victims_total++;
+    auto it = s_.local.find(v->key);
+    const Version ver{v->origin_node, v->origin_generation, v->origin_put_id};
+    if (it == s_.local.end() || !it->second.live || !(it->second.ver == ver)) {
+      s_.counters.tier_victims_stale_total++;  // gone or replaced here: the master learns it from the drop
+      continue;
+    }
+    const LocalIndex::CohortId id{it->second.put_id, it->second.group};
+    // Taken already (a victim of the same cohort, a duplicate, this owner's own eviction): it goes.
+    if (reclaim_.owns_cohort(id)) {
+      s_.counters.tier_victims_taken_total++;
+      continue;
+    }
+    // Held, or no room for a transaction: the master hands it again or takes it back into T2.
+    if (reclaim_.full() || s_.local.cohort_held(id, s_.pool)) {
+      s_.counters.tier_victims_busy_total++;
+      continue;
+    }
+    if (v->demote) {
+      s_.counters.tier_victims_demoted_total++;
+      reclaim_.begin(take_cohorts(s_.local.exact_cohort(id)), now, out, true);
+    } else {
+      s_.counters.tier_victims_evicted_total++;
+      evict_cohort(id, now, out);
+    }
+  }
 }
 
 std::vector<Reclaim::Member> OwnerCore::take_cohorts(const std::vector<LocalIndex::CohortId>& ids) {

@@ -124,6 +124,7 @@ std::vector<uint8_t> Cluster::read(int owner, uint64_t offset) const {
 
 void Cluster::restart_master() {
   master_ = MasterCore{};
+  master_.set_tiers(tiers_.first, tiers_.second);
   master_epoch_++;
   for (auto& o : owners_) o.driver->master_up(now_, /*reconnected=*/true);
 }

@@ -20,6 +20,7 @@
 
 #include "fluxon/core/route_table.hpp"
 #include "fluxon/messages/codec.hpp"
+#include "fluxon/runtime/weighted_cache.hpp"
 
 namespace fluxon {
 
@@ -37,6 +38,31 @@ class MasterCore {
  public:
   explicit MasterCore(Millis get_ttl_ms = 60000, std::vector<std::string> replica_roles = {"remote_cache"})
       : get_ttl_ms_(get_ttl_ms), replica_roles_(std::move(replica_roles)) {}
+
+  // The master's two route tiers (the design's "Master 两级 Moka 提前写回", master_tiers.cpp),
+  // before any owner registers; 0 = off. Per registered owner, weighted by slot size:
+  //   T2 (resident, tier2_ratio of its segment, every node): over it, the node's coldest routes are
+  //      selected - recoverable ones first (a target-role owner holds the same version: handed with
+  //      demote) - and handed to the node on its next reply (Envelope.evict) for its fenced reclaim.
+  //      On a target-role node this is the design's ring B: a bounded master index over the copies
+  //      the master placed, whose Size eviction may drop the last route (a later miss).
+  //   T1 (hot, tier1_ratio < tier2_ratio, source nodes only): inclusive; a route it evicts gets a
+  //      write-back (a replica task from its source), a get the master serves promotes it back.
+  //      With T1, a T2 victim not backed yet is fenced (E16ba): its write-back is started or
+  //      awaited for at most kWriteBackTaskMs, then it goes demoted (backed) or plain (a shortfall).
+  // A write-back task's time to finish (re-queued after it); a handed T2 victim's time to go.
+  static constexpr Millis kWriteBackTaskMs = 10000;
+  static constexpr Millis kTierHandMs = 10000;
+  static constexpr uint32_t kTierPollMs = 200;  // how often an owner with tiers asks for its victims
+  void set_tiers(double tier2_ratio, double tier1_ratio) { t2_ratio_ = tier2_ratio, t1_ratio_ = tier1_ratio; }
+  // (T2 bytes, T1 bytes, victims' bytes) of a node's tiers (tests, gauges).
+  struct TierSizes {
+    uint64_t t2 = 0, t1 = 0, victims = 0, t2_capacity = 0, t1_capacity = 0;
+  };
+  TierSizes tier_sizes(uint32_t node) const;
+  bool in_tier1(uint32_t node, const std::string& key) const;
+  // A node's T2 victims now and their state: 0 fenced (awaiting its copy), 1 to hand, 2 handed (tests).
+  std::map<std::string, int> tier_victims(uint32_t node) const;
 
   // `now` drives the inflight-get TTL only.
   Envelope handle(const Envelope& req, Millis now = 0);
@@ -104,6 +130,41 @@ class MasterCore {
   Replica* find_replica(Route& r, uint32_t node_id);
   // Removes node's replica of key; the route goes with its last replica. Returns true if removed.
   bool drop_replica(const std::string& key, uint32_t node_id, bool tombstone);
+  // The route tiers (master_tiers.cpp).
+  using RouteTier = WeightedCache<std::string, Version>;
+  struct TierVictim {
+    Version ver;
+    uint64_t bytes = 0;
+    enum class State : uint8_t { kFenced, kReady, kHanded } state = State::kReady;
+    bool demote = false;
+    Millis until = 0;  // kFenced: the fence's bound; kHanded: when it goes back to T2 if still here
+    uint32_t hands = 0;
+  };
+  struct NodeTiers {
+    std::unique_ptr<RouteTier> t2, t1;  // t2 null: no T2; t1 null: a target-role node, or no T1
+    uint64_t cap2 = 0, cap1 = 0;
+    std::map<std::string, TierVictim> victims;  // selected out of T2, their replica not dropped yet
+    uint64_t victim_bytes = 0;
+    std::deque<std::string> ready;  // victims to hand (checked against `victims` when handed)
+  };
+  std::map<uint32_t, NodeTiers> tiers_;
+  // (until, node, key): a fenced victim's bound, a handed victim's; stale entries are skipped.
+  std::deque<std::tuple<Millis, uint32_t, std::string>> victim_timers_;
+  static constexpr size_t kVictimsPerReply = 256;
+  double t2_ratio_ = 0, t1_ratio_ = 0;
+  void tiers_registered(uint32_t node);
+  void tier_enter(uint32_t node, const std::string& key, const Version& v, uint64_t bytes);
+  void tier_leave(uint32_t node, const std::string& key);
+  void tier_read(uint32_t node, const std::string& key, const Version& v, uint64_t bytes);
+  void tier1_evicted(uint32_t node, const std::string& key, const Version& v);
+  void tier2_select(uint32_t node, NodeTiers& t);
+  void tiers_tick(Millis now);
+  // The victims ready for `node` go on its reply.
+  void hand_victims(uint32_t node, Envelope& reply);
+  // Queues a write-back replica task of key from source (once per version until kWriteBackTaskMs).
+  void queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent,
+                       Millis now);
+  bool writeback_pending(const std::string& key, const Version& v, Millis now) const;
   void end_get(std::map<GetKey, GetFlight>::iterator it);
   // T1: a get id is answered once. A get that ended (done, revoked, expired) or was answered "not
   // started" (busy, miss) stays ended: get ids grow per requester generation, so a BatchGetStart
@@ -141,7 +202,7 @@ class MasterCore {
                                        uint32_t node) const;
   // A demotion on another node than `node` fences key (its target copy, maybe node's, must stay).
   bool demotion_relies_on(const std::string& key, uint32_t node) const;
-  void add_replica(Route& r, Replica rep);  // counted, and in its cohort's size
+  void add_replica(const std::string& key, Route& r, Replica rep);  // counted, in its cohort's size and tiers
   void count_cohort(uint32_t node, const Replica& rep, int delta);
   Envelope replica_poll(const wire::ReplicaPollT& req);
   Envelope write_back(const wire::WriteBackT& req, Millis now);
@@ -170,7 +231,6 @@ class MasterCore {
   // to finish (kWriteBackTaskMs); then a lost task (its fetch failed) is queued anew.
   std::unordered_map<std::string, std::pair<Version, Millis>> writeback_tasks_;
   std::deque<std::pair<Millis, std::string>> writeback_order_;  // (expiry, key), oldest first
-  static constexpr Millis kWriteBackTaskMs = 10000;
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   RouteTable<Route> routes_;
   size_t replicas_ = 0;

@@ -66,6 +66,25 @@
   X(reclaim_commit_unfenced_total, "fluxon_master_reclaim_commit_unfenced_total", "", "Commits of no known transaction that still found members (removed: a released backing never rolls back)") \
   X(reclaim_refused_gets_total, "fluxon_master_reclaim_refused_total", "lease=get", "New leases refused while a reclaim fenced the key") \
   X(reclaim_refused_puts_total, "fluxon_master_reclaim_refused_total", "lease=put", "New leases refused while a reclaim fenced the key") \
+  /* The master's route tiers (master_tiers.cpp): T1 evictions and what became of each (the design's */ \
+  /* writeback_tier1_triggered = stale + backed + no target + write-backs queued), promotions by gets, */ \
+  /* T2 selections (selected = ended + restored + victims now) and the E16ba completion fence. */ \
+  X(tier1_triggered_total, "fluxon_master_writeback_tier1_triggered_total", "", "Routes T1 evicted (writeback_tier1_triggered)") \
+  X(tier1_stale_total, "fluxon_master_writeback_tier1_outcomes_total", "outcome=stale", "What each T1 eviction became") \
+  X(tier1_backed_total, "fluxon_master_writeback_tier1_outcomes_total", "outcome=backed", "What each T1 eviction became") \
+  X(tier1_no_target_total, "fluxon_master_writeback_tier1_outcomes_total", "outcome=no_target", "What each T1 eviction became") \
+  X(tier1_queued_total, "fluxon_master_writeback_tier1_outcomes_total", "outcome=queued", "What each T1 eviction became") \
+  X(tier1_promotions_total, "fluxon_master_tier1_promotions_total", "", "Routes a get brought back into T1") \
+  X(tier2_selected_total, "fluxon_master_tier2_selected_total", "", "Routes T2 selected over its capacity") \
+  X(tier2_selected_bytes_total, "fluxon_master_tier2_selected_bytes_total", "", "Slot bytes T2 selected") \
+  X(tier2_recoverable_total, "fluxon_master_tier2_recoverable_total", "", "T2 victims selected with a target-role copy of their version (handed to demote)") \
+  X(tier2_fenced_total, "fluxon_master_tier2_fenced_total", "", "T2 victims held by the completion fence for their write-back (E16ba)") \
+  X(tier2_fence_backed_total, "fluxon_master_tier2_fence_backed_total", "", "Fenced T2 victims whose write-back completed in time (handed to demote)") \
+  X(tier2_shortfall_total, "fluxon_master_tier2_shortfall_total", "", "Fenced T2 victims handed without a copy: the fence's bound passed") \
+  X(tier2_shortfall_bytes_total, "fluxon_master_tier2_shortfall_bytes_total", "", "Slot bytes of those (the lead window's shortfall)") \
+  X(tier2_handed_total, "fluxon_master_tier2_handed_total", "", "T2 victims handed to their owner (re-hands included)") \
+  X(tier2_ended_total, "fluxon_master_tier2_ended_total", "", "T2 victims whose replica went (reclaimed, demoted, replaced, or its node restarted)") \
+  X(tier2_restored_total, "fluxon_master_tier2_restored_total", "", "T2 victims back in T2: their owner kept them (held, busy) past the hand-off bound") \
   X(owners_registered_total, "fluxon_master_owners_registered_total", "", "Owner registrations (restarts and reconnects included)") \
   X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
@@ -78,7 +97,11 @@
   X(inflight_gets, "inflight_gets", "fluxon_master_inflight_gets", "", "Prepared remote gets (started, not done or revoked)") \
   X(replica_tasks_queued, "replica_tasks_queued", "fluxon_master_replica_tasks_queued", "", "Replica tasks waiting for a target owner") \
   X(reclaims, "reclaims", "fluxon_master_reclaims", "", "Reclaim transactions fenced, not committed or aborted yet") \
-  X(reclaim_fences, "reclaim_fences", "fluxon_master_reclaim_fences", "", "Source replicas fenced by reclaims in progress")
+  X(reclaim_fences, "reclaim_fences", "fluxon_master_reclaim_fences", "", "Source replicas fenced by reclaims in progress") \
+  X(tier2_bytes, "tier2_bytes", "fluxon_master_tier_bytes", "tier=t2", "Slot bytes in the master's route tiers, over all nodes") \
+  X(tier1_bytes, "tier1_bytes", "fluxon_master_tier_bytes", "tier=t1", "Slot bytes in the master's route tiers, over all nodes") \
+  X(tier2_victim_bytes, "tier2_victim_bytes", "fluxon_master_tier2_victim_bytes", "", "Slot bytes T2 selected whose replicas have not gone yet") \
+  X(tier2_victims, "tier2_victims", "fluxon_master_tier2_victims", "", "T2 victims whose replicas have not gone yet")
 
 namespace fluxon {
 

@@ -117,6 +117,14 @@ class OwnerCore {
   void want_room(RoomNeeded room);
   void pressure(Millis now, Outbox& out);
   void evict_cohort(LocalIndex::CohortId cohort, Millis now, Outbox& out);
+  // The master's T2 victims (on any of its replies): each the exact version here, not held, goes
+  // through the same fenced reclaim (demote: as a single-copy demotion).
+  void take_tier_victims(const Envelope& reply, Millis now, Outbox& out);
+  // With tiers at the master (its registration reply says how often), the owner asks for its victims.
+  void tier_poll(Millis now, Outbox& out);
+  uint32_t tier_poll_ms_ = 0;
+  uint64_t tier_poll_token_ = 0;  // in flight (re-sent after publish_retry_ms), 0: none
+  Millis tier_poll_sent_ = 0;
   // The live members of these cohorts that no transaction owns, taken out of the resident tier.
   std::vector<Reclaim::Member> take_cohorts(const std::vector<LocalIndex::CohortId>& ids);
   Reclaim::BusyCheck reclaim_busy();

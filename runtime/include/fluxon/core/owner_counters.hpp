@@ -35,7 +35,14 @@
   X(eviction_recoverable_bytes_total, "fluxon_owner_eviction_recoverable_bytes_total", "", "Evicted bytes of remote-complete cohorts (a target owner's copy serves them)") \
   X(eviction_shortfall_bytes_total, "fluxon_owner_eviction_shortfall_bytes_total", "", "Evicted bytes whose write-back was still copying them (the lead window fell short, E16ba)") \
   X(eviction_rounds_total, "fluxon_owner_eviction_rounds_total", "", "Eviction rounds that selected victims") \
-  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free")
+  X(pressure_evictions_total, "fluxon_owner_pressure_evictions_total", "", "Eviction rounds started ahead of claims to keep eviction_free_watermark of the slots free") \
+  /* The master's T2 victims (Envelope.evict): taken = stale + taken already + busy + evicted + demoted here. */ \
+  X(tier_victims_total, "fluxon_owner_tier_victims_total", "", "T2 victims the master handed to this owner (re-hands included)") \
+  X(tier_victims_stale_total, "fluxon_owner_tier_victims_outcomes_total", "outcome=stale", "What each T2 victim became here") \
+  X(tier_victims_taken_total, "fluxon_owner_tier_victims_outcomes_total", "outcome=taken", "What each T2 victim became here") \
+  X(tier_victims_busy_total, "fluxon_owner_tier_victims_outcomes_total", "outcome=busy", "What each T2 victim became here") \
+  X(tier_victims_evicted_total, "fluxon_owner_tier_victims_outcomes_total", "outcome=evicted", "What each T2 victim became here") \
+  X(tier_victims_demoted_total, "fluxon_owner_tier_victims_outcomes_total", "outcome=demoted", "What each T2 victim became here")
 
 // Reclaim (reclaim.hpp): every capacity eviction's transaction. S4 at rest: evicted bytes =
 // committed + restored + obsolete bytes (pending_eviction_reclaim_bytes is the rest, in flight).

@@ -51,7 +51,7 @@ using Outbox = std::vector<OwnerOut>;
 
 // A master request's token says which component's job it belongs to (its low 4 bits); the router
 // hands the reply to that component, which finds the job by the token in its own table (T1).
-enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kWriteBackBatch, kExists, kReclaim };
+enum class JobKind : uint8_t { kPublish, kRemove, kGet, kReplicaPoll, kRegister, kProxy, kWriteBackBatch, kExists, kReclaim, kTierPoll };
 
 // A route to remove before its slot goes (S2): the key, the version the route carries, the slot,
 // and the copy's local identity (LocalIndex::Entry::put_id).

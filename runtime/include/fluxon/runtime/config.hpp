@@ -23,6 +23,11 @@ struct MasterConfig {
   // (replica_target_roles: the old name of remote_only_node_roles, strict.)
   std::vector<std::string> remote_only_node_roles{"remote_cache"};
   bool restrict_to_remote_only_node_roles = true;
+  // The master's route tiers (MasterCore::set_tiers), shares of each owner's segment; 0 = off.
+  // replica_cache_capacity_ratio: T2; replica_writeback_tier1_capacity_ratio: T1 (below T2, and only
+  // with strict placement: a write-back must not land on another GPU owner).
+  double replica_cache_capacity_ratio = 0;
+  double replica_writeback_tier1_capacity_ratio = 0;
   // The roles a replica target may have (what the master uses).
   std::vector<std::string> replica_target_roles() const {
     if (restrict_to_remote_only_node_roles) return remote_only_node_roles;

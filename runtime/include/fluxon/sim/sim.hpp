@@ -39,6 +39,12 @@ class Cluster {
   LinkFaults& data = plan_.fetch;
 
   MasterCore& master() { return master_; }
+  // The master's route tiers (MasterCore::set_tiers), before the owners register (right after
+  // construction); a restarted master keeps them.
+  void set_master_tiers(double tier2_ratio, double tier1_ratio) {
+    tiers_ = {tier2_ratio, tier1_ratio};
+    master_.set_tiers(tier2_ratio, tier1_ratio);
+  }
   OwnerCore& owner(int i) { return *owners_[i].core; }
 
   // Client side: a session on owner i; call() returns the reply (running the cluster until it
@@ -125,6 +131,7 @@ class Cluster {
   uint64_t master_epoch_ = 0;  // a restart resets the connections: what was in flight is lost
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   MasterCore master_;
+  std::pair<double, double> tiers_{0, 0};
   std::vector<OwnerNode> owners_;
   std::map<uint64_t, Envelope> replies_;   // client token -> reply
 };
