@@ -144,15 +144,17 @@ struct Chaos {
   }
 };
 
-}  // namespace
 
-TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and master restarts under faults") {
-  for (uint64_t seed : {seed_from_env(401), uint64_t(402), uint64_t(403)}) {
+// One seeded run; `tiers`: the master's T1/T2 route tiers decide what leaves the owners (their
+// own hot tiers off, as the design runs them), else owner-hot write-back does.
+void chaos_run(uint64_t seed, bool tiers) {
+  {
     OwnerConfig cfg = small_owner();
     cfg.dram_bytes = 2ull << 20;  // 512 slots of 4 KiB: 3000 keys do not fit, eviction runs
-    cfg.hot_writeback_ratio = 0.9;  // write-back starts late: capacity eviction runs too
+    cfg.hot_writeback_ratio = tiers ? 0 : 0.9;  // write-back starts late: capacity eviction runs too
     cfg.writeback_timeout_ms = 20000;
     sim::Cluster c(seed, cfg, 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+    if (tiers) c.set_master_tiers(0.8, 0.6);
     c.run_for(10);
     Chaos w(c, seed);
     c.to_master = {0.1, 0.1, 1, 20};
@@ -166,8 +168,12 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     c.to_master = c.from_master = sim::kQuietLink;
     c.data = sim::kQuietLink;
     // Every write_through future of a live client ends once: with its remote copy or an error.
-    REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() + c.owner(1).writebacks_pending() == 0; },
-                        300000));
+    // (Once no publish job is left either: a put still publishing starts its write-through after.)
+    REQUIRE(c.run_until([&] {
+      return c.owner(0).writebacks_pending() + c.owner(1).writebacks_pending() + c.owner(0).stats().publish_jobs +
+                 c.owner(1).stats().publish_jobs ==
+             0;
+    }, 300000));
     c.run_for(100);
     for (auto& [os, ids] : w.write_through) {
       std::set<uint64_t> noted;
@@ -187,12 +193,14 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
       for (int o : {0, 1, 2}) {
         auto st = c.owner(o).stats();
         if (st.flights_starting + st.flights_started + st.flights_finishing + st.get_jobs + st.pending_gets +
-                st.slots_prepared + st.slots_pending + st.publish_jobs + st.holders + st.active_put_plans !=
+                st.slots_prepared + st.slots_pending + st.publish_jobs + st.holders + st.active_put_plans +
+                    st.replica_flights + st.replica_retries_waiting !=
                 0 ||
-            c.owner(o).writebacks_pending() != 0)
+            c.owner(o).writebacks_pending() != 0 || c.owner(o).reclaims_in_flight() != 0)
           return false;
       }
-      return c.master().inflight_get_count() == 0 && c.master().reclaim_count() == 0;
+      return c.master().inflight_get_count() == 0 && c.master().reclaim_count() == 0 &&
+             c.master().replica_tasks_queued() == 0;
     }, 300000);
     if (!drained)
       for (int o : {0, 1, 2}) {
@@ -263,8 +271,44 @@ TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and
     CHECK(a.write_through_backed_total + b.write_through_backed_total > 0);
     CHECK(w.bad == 0);
     CHECK(mismatched == 0);
-    CHECK(w.read_keys > 500);
+    CHECK(w.read_keys > (tiers ? 400u : 500u));
     CHECK(a.evicted_keys_total + c.owner(1).counters().evicted_keys_total > 0);
     CHECK(a.demoted_keys_total + c.owner(1).counters().demoted_keys_total > 0);
+    if (tiers) {
+      // The master's selections reconcile (since its last restart): each ended, came back, or waits.
+      const auto& m = c.master().counters();
+      size_t waiting = 0;
+      for (uint32_t n : {1u, 2u, 3u}) waiting += c.master().tier_victims(n).size();
+      MESSAGE("tiers: T1 triggered " << m.tier1_triggered_total << ", queued " << m.tier1_queued_total
+                                     << "; T2 selected " << m.tier2_selected_total << " (recoverable "
+                                     << m.tier2_recoverable_total << ", fenced " << m.tier2_fenced_total
+                                     << ", shortfall " << m.tier2_shortfall_total << "), ended " << m.tier2_ended_total
+                                     << ", restored " << m.tier2_restored_total << ", waiting " << waiting);
+      CHECK(m.tier2_selected_total == m.tier2_ended_total + m.tier2_restored_total + waiting);
+      CHECK(m.tier1_triggered_total == m.tier1_stale_total + m.tier1_backed_total + m.tier1_no_target_total +
+                                           m.tier1_queued_total);
+      uint64_t taken = 0;
+      for (int o : {0, 1, 2}) {
+        const auto& oc = c.owner(o).counters();
+        CHECK(oc.tier_victims_total == oc.tier_victims_stale_total + oc.tier_victims_taken_total +
+                                           oc.tier_victims_busy_total + oc.tier_victims_evicted_total +
+                                           oc.tier_victims_demoted_total);
+        taken += oc.tier_victims_evicted_total + oc.tier_victims_demoted_total;
+        // S5: T2 bounds what a node holds, never its capacity.
+        const auto t = c.master().tier_sizes(uint32_t(o + 1));
+        CHECK(t.t2_capacity == uint64_t(double(2ull << 20) * 0.8));
+      }
+      CHECK(taken > 0);
+    }
   }
+}
+
+}  // namespace
+
+TEST_CASE("whole cluster: random puts, reads, deaths, evictions, write-backs and master restarts under faults") {
+  for (uint64_t seed : {seed_from_env(401), uint64_t(402), uint64_t(403)}) chaos_run(seed, false);
+}
+
+TEST_CASE("whole cluster with the master's T1/T2 tiers: random puts, reads, deaths, evictions, write-backs and master restarts under faults") {
+  for (uint64_t seed : {seed_from_env(411), uint64_t(412)}) chaos_run(seed, true);
 }

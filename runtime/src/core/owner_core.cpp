@@ -518,6 +518,7 @@ OwnerStats OwnerCore::stats() const {
   r.publish_jobs = put_.publish_jobs() + removal_.size();
   r.reclaims = reclaim_.size();
   r.replica_flights = replicas_.in_flight();
+  r.replica_retries_waiting = replicas_.retries_waiting();
   r.writeback_jobs = writeback_.pending();
   r.hot_bytes = hot_bytes();
   r.pending_eviction_reclaim_bytes = reclaim_.debt_bytes();

@@ -190,6 +190,7 @@
   X(pending_eviction_reclaim_bytes, "pending_eviction_reclaim_bytes", "fluxon_owner_pending_eviction_reclaim_bytes", "", "Selection debt: bytes selected for eviction whose reclaim has not ended (0 at rest)") \
   X(reclaims, "reclaims", "fluxon_owner_reclaims", "", "Reclaim transactions in flight") \
   X(replica_flights, "replica_flights", "fluxon_owner_replica_flights", "", "Replica-task fetches in flight (at most replica_task_max_inflight)") \
+  X(replica_retries_waiting, "replica_retries_waiting", "fluxon_owner_replica_retries_waiting", "", "Replica-task fetches that failed, waiting to be tried again") \
   /* remote gets: per-key flights by phase (G7), get jobs with the master in flight */ \
   X(flights_starting, "flights_starting", "fluxon_owner_get_flights", "phase=starting", "Per-key remote get flights by phase (G7)") \
   X(flights_started, "flights_started", "fluxon_owner_get_flights", "phase=started", "Per-key remote get flights by phase (G7)") \

@@ -38,6 +38,7 @@ class ReplicaPuller {
   void settle(Millis now, Outbox& out);
   bool owns(uint64_t token) const;
   size_t in_flight() const { return flights_.size(); }
+  size_t retries_waiting() const { return retry_.size(); }  // failed fetches waiting to be tried again
 
  private:
   void send_poll(Millis now, Outbox& out);
