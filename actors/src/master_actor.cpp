@@ -28,6 +28,16 @@ void export_metrics(MasterState& st) {
   for (const auto& [node, n] : st.core.replica_targets())
     m.counter("fluxon_master_replica_targets_total", "Replica tasks handed to each target node", n,
               {{"node", std::to_string(node)}});
+  for (uint32_t node : st.core.tier_nodes()) {
+    const auto t = st.core.tier_sizes(node);
+    const std::string n = std::to_string(node);
+    const char* help = "Slot bytes of a node's routes in the master's tiers (t2, t1), its victims, and the tiers' capacities";
+    m.gauge("fluxon_master_node_tier_bytes", help, double(t.t2), {{"node", n}, {"tier", "t2"}});
+    m.gauge("fluxon_master_node_tier_bytes", help, double(t.t1), {{"node", n}, {"tier", "t1"}});
+    m.gauge("fluxon_master_node_tier_bytes", help, double(t.victims), {{"node", n}, {"tier", "t2_victims"}});
+    m.gauge("fluxon_master_node_tier_bytes", help, double(t.t2_capacity), {{"node", n}, {"tier", "t2_capacity"}});
+    m.gauge("fluxon_master_node_tier_bytes", help, double(t.t1_capacity), {{"node", n}, {"tier", "t1_capacity"}});
+  }
   // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
   m.counter("fluxon_master_metrics_refreshes_total", "Times this page was refreshed from the master's state",
             ++st.metrics_refreshes);

@@ -97,8 +97,9 @@ class Cluster:
     """A master and owners as real processes, started from a generated config file."""
 
     def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra="", metrics: bool = False,
-                 dram: str = "256MiB"):
-        """owner_extra: config lines added to every owner, or a list of them, one per owner."""
+                 dram: str = "256MiB", master_extra: str = ""):
+        """owner_extra: config lines added to every owner, or a list of them, one per owner;
+        master_extra: keys added to the master's mapping ("k: v, k: v")."""
         self.name = name
         self.master_port = free_port()
         # prometheus-cpp's exposer takes ~2 s to stop: only clusters that test metrics serve them.
@@ -106,7 +107,8 @@ class Cluster:
         self.owner_ports = [free_port() for _ in range(owners)]
         self.owner_metrics = [free_port() if metrics else 0 for _ in range(owners)]
         lines = [f"cluster_name: {name}", f"run_dir: {tmp}",
-                 f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}}}", "owners:"]
+                 f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}"
+                 + (f", {master_extra}" if master_extra else "") + "}", "owners:"]
         for i, (p, mp) in enumerate(zip(self.owner_ports, self.owner_metrics)):
             lines += [f"  - node_id: {i + 1}", f"    port: {p}", f"    metrics_port: {mp}",
                       f"    contribute_to_cluster_pool_size: {{dram: {dram}}}",

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import fluxon
-from conftest import Cluster, free_port, metric, sample, scrape, wait_metric
+from conftest import Cluster, free_port, labelled, metric, sample, scrape, wait_metric
 
 
 def _put(c, keys, size, seed, opts=None):
@@ -251,6 +251,55 @@ def test_owner_hot_write_back_demotes_cold_keys_to_the_remote_cache_owner(tmp_pa
         r, got = _read(a, keys, size)
         assert r.transferable_len == 64
         assert r.remote_keys == demoted and r.local_keys == 64 - demoted
+        assert got == [vals[k] for k in keys]
+        _assert_quiet(a)
+        a.close()
+    finally:
+        c.stop()
+
+
+def test_master_tiers_write_back_ahead_and_demote_what_t2_lets_go(tmp_path):
+    """The master's T1/T2 route tiers between real daemons: T2 (half of the GPU owner's 64 MiB)
+    hands its coldest routes to the owner, whose fenced reclaim demotes them once T1's write-back
+    put their copies on the remote_cache owner; every key still reads back, bytes intact, and the
+    counters reconcile on the Prometheus pages."""
+    c = Cluster(tmp_path, f"tiers{os.getpid()}x{free_port()}", owners=2, metrics=True, dram="64MiB",
+                master_extra="replica_cache_capacity_ratio: 0.5, replica_writeback_tier1_capacity_ratio: 0.3",
+                owner_extra=["", "role: remote_cache"]).start()
+    try:
+        a = fluxon.KvClient(c.client_config(0))
+        size = 1 << 20
+        vals = {}
+        for batch in range(6):
+            vals.update(_put(a, [f"tier{batch}-{i}" for i in range(8)], size, batch))
+        # 48 MiB put, T2 holds 32: at least 16 routes leave the GPU owner, each demoted.
+        end = time.time() + 60
+        while True:
+            page = scrape(c.metrics_port)
+            opage = scrape(c.owner_metrics[0])
+            t2 = labelled(page, "fluxon_master_node_tier_bytes", node="1", tier="t2")
+            victims = sample(page, "fluxon_master_tier2_victims")
+            demoted = sample(opage, "fluxon_owner_demoted_keys_total") or 0
+            if t2 <= 32 << 20 and victims == 0 and demoted >= 16 and sample(opage, "fluxon_owner_reclaims") == 0:
+                break
+            assert time.time() < end, (t2, victims, demoted)
+        assert labelled(page, "fluxon_master_node_tier_bytes", node="1", tier="t1") <= 0.3 * (64 << 20)
+        assert labelled(page, "fluxon_master_node_tier_bytes", node="1", tier="t2_capacity") == 32 << 20  # S5
+        assert labelled(page, "fluxon_master_node_tier_bytes", node="2", tier="t1_capacity") == 0
+        assert sample(page, "fluxon_master_writeback_tier1_triggered_total") >= 16
+        triggered = sample(page, "fluxon_master_writeback_tier1_triggered_total")
+        outcomes = sum(labelled(page, "fluxon_master_writeback_tier1_outcomes_total", outcome=o)
+                       for o in ("stale", "backed", "no_target", "queued"))
+        assert triggered == outcomes
+        assert sample(page, "fluxon_master_tier2_selected_total") == \
+            sample(page, "fluxon_master_tier2_ended_total") + sample(page, "fluxon_master_tier2_restored_total")
+        assert sample(page, "fluxon_master_tier2_shortfall_total") == 0
+        assert labelled(opage, "fluxon_owner_tier_victims_outcomes_total", outcome="demoted") > 0
+        assert sample(opage, "fluxon_owner_pending_eviction_reclaim_bytes") == 0
+        assert a.stats()["routes"] == 48 - demoted
+        keys = sorted(vals)
+        r, got = _read(a, keys, size)
+        assert r.transferable_len == 48 and r.remote_keys == demoted
         assert got == [vals[k] for k in keys]
         _assert_quiet(a)
         a.close()

@@ -46,6 +46,12 @@ MasterCore::TierSizes MasterCore::tier_sizes(uint32_t node) const {
   return s;
 }
 
+std::vector<uint32_t> MasterCore::tier_nodes() const {
+  std::vector<uint32_t> out;
+  for (const auto& [node, t] : tiers_) out.push_back(node);
+  return out;
+}
+
 bool MasterCore::in_tier1(uint32_t node, const std::string& key) const {
   auto it = tiers_.find(node);
   return it != tiers_.end() && it->second.t1 && it->second.t1->contains(key);

@@ -60,6 +60,7 @@ class MasterCore {
     uint64_t t2 = 0, t1 = 0, victims = 0, t2_capacity = 0, t1_capacity = 0;
   };
   TierSizes tier_sizes(uint32_t node) const;
+  std::vector<uint32_t> tier_nodes() const;  // the nodes with tiers
   bool in_tier1(uint32_t node, const std::string& key) const;
   // A node's T2 victims now and their state: 0 fenced (awaiting its copy), 1 to hand, 2 handed (tests).
   std::map<std::string, int> tier_victims(uint32_t node) const;
