@@ -28,6 +28,7 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   if (s.is_ok()) s = validate_group_lens(opts.atomic_group_lens, keys.size());
   if (s.is_ok()) s = validate_replica_mask(opts.make_replica_task_mask, opts.atomic_group_lens, keys.size());
   if (s.is_ok()) s = validate_parent_keys(opts.radix_parent_keys, keys);
+  if (s.is_ok()) s = validate_content_depths(opts.content_depths, keys.size());
   if (!s.is_ok()) return s;
   wire::PutStartReqT req;
   req.keys = keys;
@@ -40,6 +41,7 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   if (opts.atomic_group_lens) req.atomic_group_lens = *opts.atomic_group_lens;
   req.lease_id = opts.lease_id.value_or(0);
   if (opts.radix_parent_keys) req.radix_parent_keys = *opts.radix_parent_keys;
+  else if (opts.content_depths) req.radix_parent_keys = parents_from_depths(keys, *opts.content_depths);
   req.max_wait_ms = max_wait_ms_;
   return make_envelope(std::move(req));
 }

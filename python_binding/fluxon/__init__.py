@@ -40,6 +40,9 @@ class PutOptionalArgs:
     lease_id: Optional[int] = None
     # Per key, the page before it in its prefix ("" for a root): the owner evicts leaves first.
     radix_parent_keys: Optional[list] = None
+    # Per key, its depth in its prefix (pages from the root): replica admission's depth policies
+    # read it, and without radix_parent_keys the batch's own chain follows from it.
+    content_depths: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,13 @@ class KvClient:
             p = opts.radix_parent_keys
             if p is not None and (not isinstance(p, (list, tuple)) or not all(isinstance(x, str) for x in p)):
                 raise InvalidArgument("radix_parent_keys: expected a list of str")
+            d = opts.content_depths
+            if d is not None:
+                if not isinstance(d, (list, tuple)):
+                    raise InvalidArgument("content_depths: expected a list of int")
+                for i, x in enumerate(d):
+                    if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2 ** 32:
+                        raise InvalidArgument(f"content_depths[{i}]: expected an int in [0, 2**32), got {x!r}")
         return self._c.local_fast_put_start(keys, value_len, opts)
 
     def local_fast_put_commit(self, plan_ptr: int) -> KvFuture:

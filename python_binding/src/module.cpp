@@ -80,6 +80,8 @@ PutOptionalArgs to_opts(const py::object& o) {
   if (!lease.is_none()) a.lease_id = lease.cast<uint64_t>();
   auto parents = o.attr("radix_parent_keys");
   if (!parents.is_none()) a.radix_parent_keys = parents.cast<std::vector<std::string>>();
+  auto depths = o.attr("content_depths");
+  if (!depths.is_none()) a.content_depths = depths.cast<std::vector<uint32_t>>();
   return a;
 }
 

@@ -1,5 +1,7 @@
 #include "fluxon/runtime/batch.hpp"
 
+#include <map>
+
 #include <unordered_set>
 
 namespace fluxon {
@@ -60,6 +62,27 @@ Status validate_parent_keys(const std::optional<std::vector<std::string>>& paren
   for (size_t i = 0; i < keys.size(); ++i)
     if ((*parents)[i] == keys[i]) return invalid_argument("radix_parent_keys[" + std::to_string(i) + "]: the key itself");
   return Status::ok();
+}
+
+Status validate_content_depths(const std::optional<std::vector<uint32_t>>& depths, size_t n) {
+  if (depths && depths->size() != n)
+    return invalid_argument("content_depths: length " + std::to_string(depths->size()) + " != number of keys " +
+                            std::to_string(n));
+  return Status::ok();
+}
+
+std::vector<std::string> parents_from_depths(const std::vector<std::string>& keys, const std::vector<uint32_t>& depths) {
+  std::map<uint32_t, std::vector<size_t>> at_depth;  // depth -> the keys of that depth, in order
+  std::vector<std::string> parents(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto& same = at_depth[depths[i]];
+    const size_t rank = same.size();
+    same.push_back(i);
+    if (depths[i] == 0) continue;
+    auto up = at_depth.find(depths[i] - 1);
+    if (up != at_depth.end() && rank < up->second.size()) parents[i] = keys[up->second[rank]];
+  }
+  return parents;
 }
 
 PrefixResult compute_prefix(const std::vector<bool>& hits,

@@ -81,3 +81,19 @@ def test_prefix_and_ratio_policies_decide_whole_groups_from_depth_and_identity()
     sample = admit(ids(400, size=2), AdmissionConfig("ratio_only", ratio=0.3))
     assert 80 < sum(sample) < 160
     assert sample == admit(ids(400, rank=1, size=2), AdmissionConfig("ratio_only", ratio=0.3))  # TP-invariant
+
+
+def test_content_depths_place_each_group_where_its_keys_sit_in_the_prefix():
+    root = AdmissionConfig("prefix_root_only", root_pages=3)
+    assert admit(ids(4), root, [2, 2], depths=[0, 1, 2, 3]) == [True] * 4  # groups start at depth 0 and 2
+    assert admit(ids(4), root, [2, 2], depths=[10, 11, 12, 13]) == [False] * 4  # a radix node deep in the tree
+    assert admit(ids(4), root, [2, 2], depth_start=10, depths=[0, 1, 2, 3]) == [True] * 4  # the depths decide
+    end = AdmissionConfig("prefix_end_depth_ratio", ratio=0.25)
+    # Deepest known end 8: groups ending past 6 are the newest turn's.
+    assert admit(ids(4), end, [2, 2], depths=[4, 5, 6, 7]) == [False, False, True, True]
+    shallow = AdmissionConfig("prefix_depth_ratio", ratio=0.5)
+    assert admit(ids(4), shallow, [2, 2], depths=[0, 1, 6, 7]) == [True, True, False, False]
+    with pytest.raises(fluxon.InvalidArgument, match="content_depths"):
+        admit(ids(2), root, None, depths=[0])
+    with pytest.raises(fluxon.InvalidArgument, match="content_depths"):
+        admit(ids(2), root, None, depths=[0, -1])

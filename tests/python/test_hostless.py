@@ -232,6 +232,36 @@ def test_admission_mask_is_whole_node(shared_cluster):
     c.close()
 
 
+def test_a_nodes_depth_in_the_tree_is_what_depth_admission_reads(shared_cluster):
+    """A radix node's pages go with content_depths = its depth + i: prefix_root_only admits the
+    pages near the root of the tree, not the first pages of whatever node is backed up."""
+    c = fluxon.KvClient(shared_cluster.client_config())
+    b = HostlessBackend(c, admission=AdmissionConfig("prefix_root_only", root_pages=4))
+    before = c.stats()["replica_keys_requested_total"]
+    deep = node(f"deep{random.random()}", 3)
+    deep.depth = 12
+    assert b.backup_node(deep, 4096, fill(1))
+    b.poll(5)
+    assert deep.storage_backed
+    assert c.stats()["replica_keys_requested_total"] == before  # 12.. is past the root pages
+    top = node(f"top{random.random()}", 3)
+    assert b.backup_node(top, 4096, fill(2))
+    b.poll(5)
+    assert c.stats()["replica_keys_requested_total"] == before + 3  # the whole node, one group
+    c.close()
+
+
+def test_content_depths_are_checked_by_the_client(shared_cluster):
+    c = fluxon.KvClient(shared_cluster.client_config())
+    with pytest.raises(fluxon.InvalidArgument, match=r"content_depths: length 1 != number of keys 2"):
+        c.local_fast_put_start(["cd-a", "cd-b"], 4096, fluxon.PutOptionalArgs(content_depths=[0]))
+    with pytest.raises(fluxon.InvalidArgument, match=r"content_depths\[1\]"):
+        c.local_fast_put_start(["cd-a", "cd-b"], 4096, fluxon.PutOptionalArgs(content_depths=[0, -1]))
+    plan = c.local_fast_put_start(["cd-a", "cd-b"], 4096, fluxon.PutOptionalArgs(content_depths=[3, 4]))
+    c.put_abort(plan)
+    c.close()
+
+
 def test_cuda_registration_failure_is_synchronous(shared_cluster):
     if subprocess.run(["sh", "-c", "nvidia-smi -L"], capture_output=True).returncode == 0:
         pytest.skip("a GPU is present")

@@ -74,3 +74,17 @@ TEST_CASE("validate_consume_prefix: > 0, <= transferable, on a group boundary") 
   CHECK(validate_consume_prefix(5, 5, g).is_ok());
   CHECK(validate_consume_prefix(3, 5, std::nullopt).is_ok());
 }
+
+TEST_CASE("content_depths: one per key, and the chain they imply inside a batch - each page continues the one of the depth before, value by value") {
+  CHECK(validate_content_depths(std::nullopt, 3).is_ok());
+  const auto bad = validate_content_depths(std::vector<uint32_t>{0, 1}, 3);
+  CHECK(bad.code() == Code::kInvalidArgument);
+  CHECK(bad.message().find("content_depths: length 2 != number of keys 3") != std::string::npos);
+  // A page's k and v values (two keys per depth): each continues its own of the page before.
+  const std::vector<std::string> keys{"a_k", "a_v", "b_k", "b_v", "c_k", "c_v"};
+  CHECK(parents_from_depths(keys, {0, 0, 1, 1, 2, 2}) == std::vector<std::string>{"", "", "a_k", "a_v", "b_k", "b_v"});
+  // A batch deep in a prefix: its first page's parent came before it.
+  CHECK(parents_from_depths({"x", "y", "z"}, {7, 8, 9}) == std::vector<std::string>{"", "x", "y"});
+  // Two chains side by side (depths restart): no link across them.
+  CHECK(parents_from_depths({"p", "q", "r", "s"}, {0, 1, 0, 1}) == std::vector<std::string>{"", "p", "", "r"});
+}

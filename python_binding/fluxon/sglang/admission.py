@@ -102,11 +102,17 @@ def _unit_hash(identity: str) -> float:
 
 
 def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Optional[Sequence[int]] = None,
-          scores: Optional[Sequence[float]] = None, depth_start: int = 0) -> List[bool]:
+          scores: Optional[Sequence[float]] = None, depth_start: int = 0,
+          depths: Optional[Sequence[int]] = None) -> List[bool]:
     """The per-key replica mask (constant inside every group). ``depth_start``: pages of the
-    request before ``identities[0]`` (SGLang's ``len(prefix_keys)``)."""
+    request before ``identities[0]`` (SGLang's ``len(prefix_keys)``); ``depths`` (a put's
+    ``content_depths``): each key's own depth in its prefix, which the depth policies then read
+    instead of ``depth_start`` + position (a radix node's pages, deep in the tree)."""
     n = len(identities)
     groups = validate_groups(n, group_lens)
+    if depths is not None and (len(depths) != n or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
+                                                       for d in depths)):
+        raise InvalidArgument(f"content_depths: one depth >= 0 per key is required, got {list(depths)!r} for {n} keys")
     if config.policy in ("kv_score_only", "kv_score_low_only"):
         if scores is None or len(scores) != n:
             raise InvalidArgument("scores: one score per key is required by a kv_score policy")
@@ -121,9 +127,14 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
         chosen = [True] * len(groups)
         priority = [1.0] * len(groups)
     elif config.policy in ("prefix_root_only", "prefix_depth_ratio", "prefix_end_depth_ratio"):
-        total = depth_start + n
-        first = [depth_start + st for st in starts]
-        end = [f + g for f, g in zip(first, groups)]
+        if depths is None:
+            total = depth_start + n
+            first = [depth_start + st for st in starts]
+            end = [f + g for f, g in zip(first, groups)]
+        else:  # each group from its first key's depth to past its last key's
+            first = [int(depths[st]) for st in starts]
+            end = [int(depths[st + g - 1]) + 1 for st, g in zip(starts, groups)]
+            total = max(end) if end else 0
         if config.policy == "prefix_root_only":
             chosen = [f < int(config.root_pages) for f in first]
         elif config.policy == "prefix_depth_ratio":

@@ -31,6 +31,7 @@ class NodeStorage:
 
     keys: List[str]
     parent_key: str = ""                # the parent radix node's last page key ("": the root)
+    depth: int = 0                      # pages before the node in its prefix (its first page's depth)
     storage_staged: bool = False        # a hostless backup of the node is on its way
     storage_local_ready: bool = False   # written and committed; the future has not answered yet
     storage_pending: bool = False       # the KvFuture has not finished
@@ -75,13 +76,15 @@ class HostlessBackend:
         started or failed closed; the node's state says where it stands. The node's pages are one
         atomic group (`atomic_group_lens=[len(node_pages)]`)."""
         keys = node.keys
+        depths = [node.depth + i for i in range(len(keys))]  # the node's pages, where they sit in the tree
         mask = None
         if self.admission.policy != "none":
             ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
-            mask = admit(ids, self.admission, [len(keys)], scores)
+            mask = admit(ids, self.admission, [len(keys)], scores, depths=depths)
         # The node's pages continue one another and its parent's last page: the owner's prefix chain.
         opts = fluxon.PutOptionalArgs(atomic_group_lens=[len(keys)], make_replica_task=mask is not None,
-                                      make_replica_task_mask=mask, radix_parent_keys=[node.parent_key] + keys[:-1])
+                                      make_replica_task_mask=mask, radix_parent_keys=[node.parent_key] + keys[:-1],
+                                      content_depths=depths)
         node.storage_staged = True
         self.counters["backup_started"] += 1
         try:

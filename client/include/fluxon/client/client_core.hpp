@@ -34,6 +34,9 @@ struct PutOptionalArgs {
   std::optional<uint64_t> lease_id;
   // Per key, the page before it in its prefix ("" for a root): the owner evicts leaves first.
   std::optional<std::vector<std::string>> radix_parent_keys;
+  // Per key, its depth in its prefix (pages from the root). Without radix_parent_keys the batch's
+  // own chain follows from it (parents_from_depths): the owner's eviction takes leaves first.
+  std::optional<std::vector<uint32_t>> content_depths;
 };
 
 // exists_prefix: the existing prefix (group-aligned); local_len of it on the attached owner; false

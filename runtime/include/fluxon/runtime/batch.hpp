@@ -23,6 +23,12 @@ Status validate_replica_mask(const std::optional<std::vector<bool>>& mask,
 // radix_parent_keys: one per key ("" for a root) when given; a key is never its own parent.
 Status validate_parent_keys(const std::optional<std::vector<std::string>>& parents,
                             const std::vector<std::string>& keys);
+// content_depths: per key, its depth in its prefix (pages from the root). One per key.
+Status validate_content_depths(const std::optional<std::vector<uint32_t>>& depths, size_t n);
+// The prefix chain the depths imply inside the batch: key i's parent is the key of depth d-1 with
+// the same rank among the keys of its depth (so a page's k and v values, or the TP ranks' copies,
+// each continue their own), "" when the batch has none (its parent came before the batch).
+std::vector<std::string> parents_from_depths(const std::vector<std::string>& keys, const std::vector<uint32_t>& depths);
 
 struct PrefixResult {
   uint32_t raw_prefix_hit_len = 0;   // contiguous hits, not aligned to groups
