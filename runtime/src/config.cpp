@@ -1,5 +1,7 @@
 #include "fluxon/runtime/config.hpp"
 
+#include <algorithm>
+
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -149,7 +151,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
                       "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark",
-                      "replica_task_max_inflight", "idle_grant_shrink_ms"}));
+                      "replica_task_max_inflight", "idle_grant_shrink_ms", "spill_free_ratio"}));
   FLX_TRY(get_uint(n, "replica_task_max_inflight", where, o.replica_task_max_inflight));
   if (o.replica_task_max_inflight > 64)
     return invalid_argument(where + ".replica_task_max_inflight: must be in 1..64");
@@ -164,6 +166,7 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "get_start_wait_ms", where, o.get_start_wait_ms));
   FLX_TRY(get_uint(n, "writeback_timeout_ms", where, o.writeback_timeout_ms));
   FLX_TRY(get_ratio(n, "replica_writeback_hot_capacity_ratio", where, o.hot_writeback_ratio));
+  FLX_TRY(get_ratio(n, "spill_free_ratio", where, o.spill_free_ratio));
   FLX_TRY(get_fraction(n, "eviction_free_watermark", where, o.eviction_free_watermark));
   FLX_TRY(get_uint(n, "node_id", where, o.node_id));
   FLX_TRY(get_str(n, "role", where, o.role));
@@ -273,6 +276,17 @@ Status validate(const ClusterConfig& c) {
                               "].replica_writeback_hot_capacity_ratio: needs "
                               "master.replica_task_placement.restrict_to_remote_only_node_roles: true (a write-back "
                               "must not land on another GPU owner)");
+  for (size_t i = 0; i < c.owners.size(); ++i) {
+    if (c.owners[i].spill_free_ratio > 0 && !c.master.restrict_to_remote_only_node_roles)
+      return invalid_argument("owners[" + std::to_string(i) +
+                              "].spill_free_ratio: needs master.replica_task_placement.restrict_to_remote_only_node_roles: "
+                              "true (a spilled put must not land on another GPU owner)");
+    const auto& roles = c.master.remote_only_node_roles;
+    if (c.owners[i].spill_free_ratio > 0 && std::find(roles.begin(), roles.end(), c.owners[i].role) != roles.end())
+      return invalid_argument("owners[" + std::to_string(i) + "].spill_free_ratio: owner " +
+                              std::to_string(c.owners[i].node_id) + " has the role '" + c.owners[i].role +
+                              "', where spills go: it cannot spill");
+  }
   if (c.cluster_name.empty()) return invalid_argument("cluster_name: empty");
   for (char ch : c.cluster_name)
     if (!isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_')
@@ -386,6 +400,7 @@ std::string describe(const ClusterConfig& c) {
       << b(w.eviction_tp_cohorts) << "\n    eviction_free_watermark: " << w.eviction_free_watermark
       << "\n    idle_grant_shrink_ms: " << w.idle_grant_shrink_ms;
     if (w.hot_writeback_ratio > 0) o << "\n    replica_writeback_hot_capacity_ratio: " << w.hot_writeback_ratio;
+    if (w.spill_free_ratio > 0) o << "\n    spill_free_ratio: " << w.spill_free_ratio;
     o << "\n    writeback_demote: " << b(w.writeback_demote) << "\n    writeback_timeout_ms: " << w.writeback_timeout_ms
       << "\n    get_start_wait_ms: " << w.get_start_wait_ms << "\n    replica_task_max_inflight: " << w.replica_task_max_inflight;
     if (!w.data_host.empty()) o << "\n    data_host: " << w.data_host;

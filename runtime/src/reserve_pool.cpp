@@ -56,6 +56,12 @@ uint64_t ReservePool::slot_offset(SlotRef r) const {
   return uint64_t(r.grant) * grant_bytes_ + uint64_t(r.index) * grants_[r.grant].slot_size;
 }
 
+uint64_t ReservePool::available_slots(uint64_t slot_size) const {
+  auto c = classes_.find(slot_size);
+  const uint64_t free = c == classes_.end() ? 0 : c->second.free.size();
+  return free + uint64_t(grant_limit_ - std::min(grants_in_use_, grant_limit_)) * (grant_bytes_ / slot_size);
+}
+
 uint64_t ReservePool::max_slots_for(uint64_t slot_size) const {
   return grant_limit_ * (grant_bytes_ / slot_size);
 }

@@ -307,6 +307,45 @@ def test_master_tiers_write_back_ahead_and_demote_what_t2_lets_go(tmp_path):
         c.stop()
 
 
+def test_spill_puts_under_pressure_land_on_the_cpu_owner_and_nothing_is_lost(tmp_path):
+    """spill_free_ratio between real daemons: 160 MiB put into a 128 MiB GPU owner; once fewer than
+    half its slots are free or still to carve, each put that goes live is written back
+    to the remote_cache owner and demoted here, so every key still reads back, bytes intact."""
+    c = Cluster(tmp_path, f"spill{os.getpid()}x{free_port()}", owners=2, metrics=True, dram="128MiB",
+                owner_extra=["spill_free_ratio: 0.5\neviction_free_watermark: 0\npublish_retry_ms: 50",
+                             "role: remote_cache"]).start()
+    try:
+        a = fluxon.KvClient(c.client_config(0))
+        size = 1 << 20
+        vals = {}
+        for batch in range(20):  # puts arriving over time, as a server's do: a spill is asynchronous
+            vals.update(_put(a, [f"spill{batch}-{i}" for i in range(8)], size, batch))
+            time.sleep(0.3)
+        end = time.time() + 60
+        while True:
+            page = scrape(c.owner_metrics[0])
+            if sample(page, "fluxon_owner_writeback_jobs") == 0 and sample(page, "fluxon_owner_reclaims") == 0 \
+                    and (sample(page, "fluxon_owner_spill_keys_total") or 0) > 0:
+                break
+            assert time.time() < end
+        spilled = sample(page, "fluxon_owner_spill_keys_total")
+        demoted = sample(page, "fluxon_owner_demoted_keys_total")
+        assert spilled >= 32 and demoted == spilled
+        assert sample(page, "fluxon_owner_pending_eviction_reclaim_bytes") == 0
+        remote = 0
+        for batch in range(20):  # a batch at a time: all 160 MiB would not fit this owner at once
+            keys = [f"spill{batch}-{i}" for i in range(8)]
+            r, got = _read(a, keys, size)
+            assert r.transferable_len == 8, (batch, r)
+            assert got == [vals[k] for k in keys]
+            remote += r.remote_keys
+        assert remote >= 32
+        _assert_quiet(a)
+        a.close()
+    finally:
+        c.stop()
+
+
 def test_write_through_future_completes_once_the_cpu_owner_holds_the_copy(tmp_path):
     """write_through=True is a synchronous remote placement: the future completes when a
     remote_cache owner (replica_task_placement) holds every key — the master lists both copies by

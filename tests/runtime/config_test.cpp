@@ -163,6 +163,17 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
   auto again = parse_config_text(printed);
   REQUIRE(again.ok());
   CHECK(again->master.replica_cache_capacity_ratio == doctest::Approx(0.95));
+  // Spill: a ratio in (0, 1), strict placement, never on the role spills go to; printed back.
+  auto spill = parse_config_text("owners: [{spill_free_ratio: 0.25}]\n");
+  REQUIRE(spill.ok());
+  CHECK(spill->owners[0].spill_free_ratio == doctest::Approx(0.25));
+  CHECK(describe(*spill).find("spill_free_ratio: 0.25") != std::string::npos);
+  CHECK(err("owners: [{spill_free_ratio: 1}]").find("owners[0].spill_free_ratio: must be in (0, 1)") != std::string::npos);
+  CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"
+            "owners: [{spill_free_ratio: 0.25}, {node_id: 2}]")
+            .find("owners[0].spill_free_ratio: needs master.replica_task_placement") != std::string::npos);
+  CHECK(err("owners: [{role: remote_cache, spill_free_ratio: 0.25}]").find("where spills go: it cannot spill") !=
+        std::string::npos);
   // Owner-hot write-back: a ratio in (0, 1), and only with strict placement.
   CHECK(err("owners: [{replica_writeback_hot_capacity_ratio: 0}]").find("must be in (0, 1)") != std::string::npos);
   CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"

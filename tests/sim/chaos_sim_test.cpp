@@ -153,6 +153,7 @@ void chaos_run(uint64_t seed, bool tiers) {
     cfg.dram_bytes = 2ull << 20;  // 512 slots of 4 KiB: 3000 keys do not fit, eviction runs
     cfg.hot_writeback_ratio = tiers ? 0 : 0.9;  // write-back starts late: capacity eviction runs too
     cfg.writeback_timeout_ms = 20000;
+    if (tiers) cfg.spill_free_ratio = 0.1;  // and puts that go live under pressure spill
     sim::Cluster c(seed, cfg, 3, {"sglang_owner", "sglang_owner", "remote_cache"});
     if (tiers) c.set_master_tiers(0.8, 0.6);
     c.run_for(10);
@@ -299,6 +300,8 @@ void chaos_run(uint64_t seed, bool tiers) {
         CHECK(t.t2_capacity == uint64_t(double(2ull << 20) * 0.8));
       }
       CHECK(taken > 0);
+      MESSAGE("spilled keys: node 1 " << a.spill_keys_total << ", node 2 " << c.owner(1).counters().spill_keys_total);
+      CHECK(a.spill_keys_total + c.owner(1).counters().spill_keys_total > 0);
     }
   }
 }

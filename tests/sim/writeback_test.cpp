@@ -513,3 +513,84 @@ TEST_CASE("recoverable-first eviction: with inclusive write-back, the written-ba
     for (const auto& g : groups)
       for (const auto& k : g) CHECK_MESSAGE(!c.master().replica_nodes(k).empty(), k, " lost its last copy");
 }
+
+namespace {
+
+// `puts` puts of two groups of 5 on owner 0 of a GPU owner + remote_cache cluster; returns
+// (keys without any copy at the end, groups); bytes written.
+struct SpillRun {
+  size_t lost = 0;
+  std::vector<std::vector<std::string>> groups;
+};
+SpillRun spill_run(sim::Cluster& c, int puts) {
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  SpillRun r;
+  for (int p = 0; p < puts; ++p) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 10; ++i) keys.push_back("sp-" + std::to_string(p) + "-" + std::to_string(i));
+    auto rep = put_start(c, 0, s, keys, 4096, {5, 5});
+    auto* ps = rep.body.AsPutStartReply();
+    REQUIRE_MESSAGE(ps, envelope_status(rep).to_string());
+    for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], wpattern(keys[i]));
+    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+    r.groups.emplace_back(keys.begin(), keys.begin() + 5);
+    r.groups.emplace_back(keys.begin() + 5, keys.end());
+    c.run_for(5);  // a put every 5 ms: each goes live before the next few
+  }
+  REQUIRE(c.run_until([&] {
+    return c.owner(0).writebacks_pending() == 0 && c.owner(0).reclaims_in_flight() == 0 &&
+           c.owner(0).stats().publish_jobs == 0;
+  }, 120000));
+  c.run_for(500);
+  for (const auto& g : r.groups)
+    for (const auto& k : g) r.lost += c.master().replica_nodes(k).empty();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("spill: puts that go live while the pool is pressed are written back and demoted - the CPU owner takes the overflow as primary copies, nothing is lost that eviction would drop") {
+  OwnerConfig cfg = small_owner();  // 8 MiB: 2048 slots in 8 grants
+  cfg.eviction_free_watermark = 0;  // eviction only for a claim that finds no slot
+  cfg.writeback_timeout_ms = 20000;
+  // Without spill: 3,000 keys into 2,048 slots, and no copy anywhere else: eviction drops keys.
+  sim::Cluster plain(seed_from_env(331), cfg, 2, {"sglang_owner", "remote_cache"});
+  const auto without = spill_run(plain, 300);
+  CHECK(without.lost > 500);
+  CHECK(plain.owner(0).counters().spill_keys_total == 0);
+  // With spill at 25%: once fewer than 512 slots are free or still to carve, each put that goes
+  // live is written back and its copies here go.
+  cfg.spill_free_ratio = 0.25;
+  cfg.writeback_demote = false;  // (the hot tier's demotion switch: a spill demotes regardless)
+  sim::Cluster c(seed_from_env(331), cfg, 2, {"sglang_owner", "remote_cache"});
+  const auto with = spill_run(c, 300);
+  const auto& oc = c.owner(0).counters();
+  MESSAGE("without spill " << without.lost << " keys lost; with spill " << with.lost << " lost, "
+                           << oc.spill_keys_total << " keys spilled (" << oc.spill_cohorts_total << " cohorts), "
+                           << oc.demoted_keys_total << " demoted, " << oc.evicted_keys_total << " evicted");
+  CHECK(oc.spill_keys_total >= 900);
+  CHECK(oc.demoted_keys_total >= 900);
+  CHECK(with.lost * 10 < without.lost);  // the overflow became the CPU owner's primary copies
+  CHECK(oc.hot_evicted_keys_total == 0);
+  // A1: each group is here whole or not at all; the spilled ones live on the CPU owner.
+  for (const auto& g : with.groups) {
+    int here = 0;
+    for (const auto& k : g) here += c.owner(0).local_state(k) == 2;
+    CHECK_MESSAGE((here == 0 || here == 5), "a cohort was split: ", here, " of 5 left");
+  }
+  // A spilled key reads back from the remote_cache owner, bytes intact.
+  std::string spilled;
+  for (auto g = with.groups.rbegin(); g != with.groups.rend() && spilled.empty(); ++g)
+    if (c.owner(0).local_state(g->front()) == 0 && !c.master().replica_nodes(g->front()).empty()) spilled = g->front();
+  REQUIRE(!spilled.empty());
+  const uint64_t s = c.open_session(0);
+  auto g = get_start(c, 0, s, {spilled});
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r->transferable_len == 1);
+  auto t = c.call(0, s, make_envelope(wire::GetTransferReqT{{}, r->handle_id, 1}));
+  REQUIRE(t.body.AsGetTransferReply());
+  CHECK(c.read(0, t.body.AsGetTransferReply()->offsets[0]) == wpattern(spilled));
+  CHECK(c.owner(0).eviction_debt_bytes() == 0);
+  CHECK(c.master().reclaim_fence_count() == 0);
+}

@@ -324,7 +324,7 @@ void OwnerCore::serve_waiters_if_freed(Outbox& out) {
 
 void OwnerCore::went_live(PutPath::Settled& settled, Millis now, Outbox& out) {
   if (!settled.removals.empty()) removal_.queue(std::move(settled.removals), now, out);
-  writeback_.admit(settled.live, now, out);
+  writeback_.admit(settled.live, now, out, /*puts=*/true);
 }
 
 void OwnerCore::replaced(const std::string& key, const Entry& old, Millis now, Outbox& out) {

@@ -4,21 +4,33 @@
 
 namespace fluxon {
 
-void WriteBack::admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out) {
+void WriteBack::admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out, bool puts) {
   // A target-role owner is where write-backs go: it keeps no hot tier of its own.
   auto* hot_tier = s_.replica_target ? nullptr : s_.local.hot();
   for (const auto& e : live) s_.local.enter_resident(e.key, e.ref, e.weight);
   // A1: the keys of one reply (whole cohorts) went live together and enter the hot tier together,
   // so no member is evicted (and written back) while another is not live yet.
-  if (!hot_tier || live.empty()) return;
+  if (live.empty()) return;
+  // Spill: what goes live while the pool is pressed goes on to a target-role owner (then leaves).
+  if (puts && s_.cfg.spill_free_ratio > 0 && !s_.replica_target && pressured(live.front().weight)) {
+    std::vector<std::pair<std::string, LocalIndex::ResidentRef>> spilled;
+    for (const auto& e : live) spilled.emplace_back(e.key, e.ref);
+    write_back(spilled, now, out, true);
+  }
+  if (!hot_tier) return;
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> evicted;
   for (const auto& e : live) (void)hot_tier->insert(e.key, e.ref, e.weight, &evicted);
   if (!evicted.empty()) write_back(evicted, now, out);
 }
 
+bool WriteBack::pressured(uint64_t slot_size) const {
+  // What a claim of this class could still get (free slots and grants to carve) against all it could have.
+  return double(s_.pool.available_slots(slot_size)) < s_.cfg.spill_free_ratio * double(s_.pool.slots_at_most(slot_size));
+}
+
 void WriteBack::write_back(const std::vector<std::pair<std::string, LocalIndex::ResidentRef>>& evicted, Millis now,
-                           Outbox& out) {
-  s_.counters.hot_evicted_keys_total += evicted.size();
+                           Outbox& out, bool spill) {
+  if (!spill) s_.counters.hot_evicted_keys_total += evicted.size();
   if (s_.alone() || s_.replica_target) return;  // nowhere to write to, or the copy would be this one
   std::vector<uint64_t> fresh;
   for (const auto& [key, ref] : evicted) {
@@ -45,6 +57,11 @@ void WriteBack::write_back(const std::vector<std::pair<std::string, LocalIndex::
     if (job.keys.empty()) continue;
     const uint64_t id = next_job_++;
     for (const auto& c : job.cohorts) job_of_[c] = id;
+    job.spill = spill;
+    if (spill) {
+      s_.counters.spill_cohorts_total += job.cohorts.size();
+      s_.counters.spill_keys_total += job.keys.size();
+    }
     s_.counters.writeback_cohorts_total += job.cohorts.size();
     s_.counters.writeback_keys_total += job.keys.size();
     job.deadline = now + s_.cfg.writeback_timeout_ms;
@@ -126,11 +143,11 @@ std::vector<std::vector<WriteBack::CohortId>> WriteBack::on_batch_reply(uint64_t
     // A job that ended since this request left skips its part.
     if (auto j = jobs_.find(id); j != jobs_.end()) {
       auto cohorts = j->second.cohorts;
-      const bool through = j->second.through_put != 0;
+      const bool through = j->second.through_put != 0, spill = j->second.spill;
       if (settle(id, wr->status.data() + at)) {
         if (through) {  // the put's copies here stay (L2) and are recoverable now
           for (const auto& c : cohorts) s_.local.mark_remote_complete(c);
-        } else if (s_.cfg.writeback_demote) {
+        } else if (s_.cfg.writeback_demote || spill) {
           backed.push_back(std::move(cohorts));  // a demotion transaction takes it from here
         } else {  // inclusive: both copies stay, and capacity eviction takes these first (nothing lost)
           for (const auto& c : cohorts) s_.local.mark_remote_complete(c);

@@ -43,6 +43,12 @@ struct OwnerCoreConfig {
   // copy demotion: only while the remote copy of the same version stays). A write-back not done
   // within writeback_timeout_ms is given up (the entry stays; a later eviction may ask again).
   double hot_writeback_ratio = 0;
+  // Spill (spill_free_ratio; 0 = off): a put that goes live while fewer than this share of its slot
+  // class's slots are free or still to carve (of all the segment could hold) is spilled - written back to a
+  // target-role owner at once and then demoted here (single-copy), so its primary ends on the CPU
+  // owner and the local pool keeps what it held instead of evicting it. The put's future does not
+  // wait for it; a spill that finds no target or times out leaves the put here, as any put.
+  double spill_free_ratio = 0;
   bool writeback_demote = true;
   uint32_t writeback_timeout_ms = 60000;
   uint32_t get_start_wait_ms = 2000;    // get_start waits this long for the master on remote keys

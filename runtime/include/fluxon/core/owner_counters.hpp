@@ -109,6 +109,8 @@
 #define FLUXON_OWNER_WRITE_BACK_COUNTERS(X) \
   X(hot_evicted_keys_total, "fluxon_owner_hot_evicted_keys_total", "", "Keys the owner-hot tier evicted (write-back candidates)") \
   X(writeback_cohorts_total, "fluxon_owner_writeback_cohorts_total", "", "Exact cohorts written back to a target-role owner") \
+  X(spill_cohorts_total, "fluxon_owner_spill_cohorts_total", "", "Exact cohorts of puts that went live under pressure, spilled: written back, then demoted (spill_free_ratio)") \
+  X(spill_keys_total, "fluxon_owner_spill_keys_total", "", "Keys of those") \
   X(writeback_keys_total, "fluxon_owner_writeback_keys_total", "", "Keys of the cohorts written back") \
   X(writeback_backed_keys_total, "fluxon_owner_writeback_backed_keys_total", "", "Written-back keys a target-role owner holds now") \
   X(writeback_abandoned_total, "fluxon_owner_writeback_abandoned_total", "", "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay") \

@@ -30,7 +30,8 @@ class WriteBack {
 
   // Entries that went live enter the resident tier; with a hot tier they are admitted together
   // (A1: one reply's whole cohorts), and the cohorts it evicts are written back.
-  void admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out);
+  // puts: these are a put's (spill applies to them: a fetched copy is never spilled).
+  void admit(const std::vector<LiveEntry>& live, Millis now, Outbox& out, bool puts = false);
   // A write_through put went live: the same WriteBack, re-sent until a target-role owner holds
   // every key (inclusive: the copies here stay, marked remote-complete); then, or once it cannot
   // be, the put's future completes (take_write_through_done).
@@ -59,6 +60,7 @@ class WriteBack {
     std::vector<Version> versions;
     Millis next_send = 0, deadline = 0;
     uint64_t through_put = 0, through_session = 0;  // a write_through put's job (0: a hot-tier write-back)
+    bool spill = false;  // a spilled put's: demoted once backed, whatever writeback_demote says
   };
   // The first phase of many jobs travels in one WriteBack (G8's batching for write-back): a batch
   // remembers its jobs in order, and its reply is split among those still waiting for it.
@@ -67,7 +69,9 @@ class WriteBack {
     Millis expires = 0;  // no reply by then: forgotten (its jobs are sent again in a new batch)
   };
   void write_back(const std::vector<std::pair<std::string, LocalIndex::ResidentRef>>& evicted, Millis now,
-                  Outbox& out);
+                  Outbox& out, bool spill = false);
+  // Spill: fewer than spill_free_ratio of this slot class's slots are free or still to carve.
+  bool pressured(uint64_t slot_size) const;
   void send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox& out);
   // One job's statuses: true when every key is backed (the job has ended).
   bool settle(uint64_t id, const wire::WriteBackStatus* status);

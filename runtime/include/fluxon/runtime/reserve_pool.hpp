@@ -97,6 +97,10 @@ class ReservePool {
   // still carve an unused grant (no eviction needed yet).
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> class_slots() const;
   bool can_carve() const { return grants_in_use_ < grant_limit_; }
+  // Slots of class slot_size a claim could get now: its free ones and those of the grants still to
+  // carve; and the most the class could ever have (every grant of it).
+  uint64_t available_slots(uint64_t slot_size) const;
+  uint64_t slots_at_most(uint64_t slot_size) const { return max_slots_for(slot_size); }
   // Slots of class slot_size claimed so far, a running count (what claims take between two looks).
   uint64_t claimed(uint64_t slot_size) const {
     auto c = classes_.find(slot_size);
