@@ -1,6 +1,8 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include "fluxon/sim/sim.hpp"
 
 namespace fluxon::test {
@@ -58,6 +60,27 @@ inline void release_all(sim::Cluster& c, int owner, uint64_t s, const wire::GetS
   hd->release_holding_ids = g.holding_ids;
   ack.handles.push_back(std::move(hd));
   c.note(owner, s, make_envelope(std::move(ack)));
+}
+
+// `puts` puts of two atomic groups of 5 keys ("<prefix><p>-<i>") on owner 0, each value
+// pattern(key); `every_ms` of simulated time after each. Returns the groups.
+inline std::vector<std::vector<std::string>> put_group_pairs(
+    sim::Cluster& c, uint64_t s, const std::string& prefix, int puts,
+    const std::function<std::vector<uint8_t>(const std::string&)>& pattern, Millis every_ms = 0) {
+  std::vector<std::vector<std::string>> groups;
+  for (int p = 0; p < puts; ++p) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 10; ++i) keys.push_back(prefix + std::to_string(p) + "-" + std::to_string(i));
+    auto r = put_start(c, 0, s, keys, 4096, {5, 5});
+    auto* ps = r.body.AsPutStartReply();
+    REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
+    for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], pattern(keys[i]));
+    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+    groups.emplace_back(keys.begin(), keys.begin() + 5);
+    groups.emplace_back(keys.begin() + 5, keys.end());
+    if (every_ms) c.run_for(every_ms);
+  }
+  return groups;
 }
 
 inline std::vector<std::string> keys_of(const std::string& prefix, int n) {

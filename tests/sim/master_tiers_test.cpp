@@ -222,23 +222,6 @@ std::vector<uint8_t> tpattern(const std::string& key) {
   return b;
 }
 
-// `puts` puts of two atomic groups of 5 keys on owner 0, bytes written; returns the groups.
-std::vector<std::vector<std::string>> tfill(sim::Cluster& c, uint64_t s, int puts) {
-  std::vector<std::vector<std::string>> groups;
-  for (int p = 0; p < puts; ++p) {
-    std::vector<std::string> keys;
-    for (int i = 0; i < 10; ++i) keys.push_back("t-" + std::to_string(p) + "-" + std::to_string(i));
-    auto r = put_start(c, 0, s, keys, 4096, {5, 5});
-    auto* ps = r.body.AsPutStartReply();
-    REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
-    for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], tpattern(keys[i]));
-    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
-    groups.emplace_back(keys.begin(), keys.begin() + 5);
-    groups.emplace_back(keys.begin() + 5, keys.end());
-  }
-  return groups;
-}
-
 }  // namespace
 
 TEST_CASE("master T1/T2 in a whole cluster: T1 writes back ahead, T2's victims leave the GPU owner as whole demoted cohorts, nothing is lost, everything reconciles at rest") {
@@ -248,7 +231,7 @@ TEST_CASE("master T1/T2 in a whole cluster: T1 writes back ahead, T2's victims l
   c.set_master_tiers(0.5, 0.3);        // T2: 1024 slots of each owner, T1: 614 of the GPU owner's
   c.run_for(10);
   const uint64_t s = c.open_session(0);
-  const auto groups = tfill(c, s, 150);  // 1500 keys: T2 must let about 476 go
+  const auto groups = put_group_pairs(c, s, "t-", 150, tpattern);  // 1500 keys: T2 must let about 476 go
   // At rest: every route published, T2 within its share, no victim or transaction left.
   REQUIRE(c.run_until([&] {
     return c.owner(0).stats().publish_jobs == 0 && c.master().tier_sizes(1).t2 <= c.master().tier_sizes(1).t2_capacity &&

@@ -526,18 +526,7 @@ SpillRun spill_run(sim::Cluster& c, int puts) {
   c.run_for(10);
   const uint64_t s = c.open_session(0);
   SpillRun r;
-  for (int p = 0; p < puts; ++p) {
-    std::vector<std::string> keys;
-    for (int i = 0; i < 10; ++i) keys.push_back("sp-" + std::to_string(p) + "-" + std::to_string(i));
-    auto rep = put_start(c, 0, s, keys, 4096, {5, 5});
-    auto* ps = rep.body.AsPutStartReply();
-    REQUIRE_MESSAGE(ps, envelope_status(rep).to_string());
-    for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], wpattern(keys[i]));
-    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
-    r.groups.emplace_back(keys.begin(), keys.begin() + 5);
-    r.groups.emplace_back(keys.begin() + 5, keys.end());
-    c.run_for(5);  // a put every 5 ms: each goes live before the next few
-  }
+  r.groups = put_group_pairs(c, s, "sp-", puts, wpattern, 5);  // a put every 5 ms: each goes live before the next few
   REQUIRE(c.run_until([&] {
     return c.owner(0).writebacks_pending() == 0 && c.owner(0).reclaims_in_flight() == 0 &&
            c.owner(0).stats().publish_jobs == 0;
