@@ -42,6 +42,7 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   req.lease_id = opts.lease_id.value_or(0);
   if (opts.radix_parent_keys) req.radix_parent_keys = *opts.radix_parent_keys;
   else if (opts.content_depths) req.radix_parent_keys = parents_from_depths(keys, *opts.content_depths);
+  if (opts.content_depths) req.content_depths = *opts.content_depths;
   req.max_wait_ms = max_wait_ms_;
   return make_envelope(std::move(req));
 }

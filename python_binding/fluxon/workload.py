@@ -247,11 +247,13 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         return f"{a.key_prefix}:{h}{suffix}"
 
     page_parent = {}  # page hash -> the page before it in its request ("" for the first)
+    page_depth = {}   # page hash -> pages before it in its request (a radix node's content depth)
 
     def backup(hashes):
         """One radix node: its pages as one atomic group, continuing the page before its first."""
         parent = page_parent.get(hashes[0], "") if a.prefix_chains == "on" else ""
-        node = NodeStorage([key(h) for h in hashes], parent_key=key(parent) if parent else "")
+        node = NodeStorage([key(h) for h in hashes], parent_key=key(parent) if parent else "",
+                           depth=page_depth.get(hashes[0], 0))
         slots_ = [pool.index[h][0] for h in hashes]
         if split:  # the host pool first; the store keeps its own copy (write-through from L2)
             for h, s in zip(hashes, slots_):
@@ -310,6 +312,7 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                 parent = prev
                 prev = page_hash(prev, tokens[p * a.page_tokens:(p + 1) * a.page_tokens])
                 page_parent[prev] = parent
+                page_depth[prev] = p
                 hashes.append(prev)
             l1 = min(allgather(pool.lookup_prefix(hashes)))
             rest = hashes[l1:]
@@ -454,6 +457,14 @@ def main(argv=None):
     ap.add_argument("--hot-writeback", type=float, default=0.0,
                     help="each instance owner's hot-tier share (replica_writeback_hot_capacity_ratio): cohorts it "
                          "evicts are written back to the remote_cache owner and demoted (0: off)")
+    ap.add_argument("--writeback-demote", choices=["on", "off"], default=None,
+                    help="with --hot-writeback: on - a written-back cohort leaves the instance owner (single-copy "
+                         "demotion); off - it stays, remote-complete, evicted first (default: the owner's, on; "
+                         "--compare: off)")
+    ap.add_argument("--eviction-stale-turnover", type=float, default=None,
+                    help="with prefix_depth: the owners' eviction_stale_turnover (default: the owner's, 4)")
+    ap.add_argument("--eviction-order", choices=["tier", "prefix_depth"], default=None,
+                    help="the owners' eviction_order (default: the owner's, tier; --compare: prefix_depth)")
     ap.add_argument("--eviction-free-watermark", type=float, default=None,
                     help="the instance owners' eviction_free_watermark (default: the owner's, 0.02)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
@@ -605,6 +616,8 @@ def compare(a) -> int:
             else:
                 b.owner_dram, b.remote_cache, b.remote_cache_dram = str(l2_owner), 1, str(l3)
                 b.hot_writeback = a.hot_share
+                b.eviction_order = a.eviction_order or "prefix_depth"
+                b.writeback_demote = a.writeback_demote or "off"
             if not a.json:
                 print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
             row = summarize(b, run_once(b))
@@ -691,7 +704,7 @@ def run_once(a):
             raise SystemExit("workload: --config serves one instance; --instances/--remote-cache need the private cluster")
         client_confs = [a.config]
     elif (not split and a.tp == 1 and a.instances == 1 and a.remote_cache == 0 and not a.hot_writeback
-          and a.eviction_free_watermark is None):
+          and a.eviction_free_watermark is None and a.eviction_order is None):
         client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
                                      "local_reserve_grant_bytes": a.grant}]}]
     else:
@@ -700,23 +713,30 @@ def run_once(a):
         # split: one owner, the L3 store every instance writes through to; unified: an owner per instance
         oports = [free_port() for _ in range(1 if split else a.instances)]
         cfg = tmp / "cluster.yaml"
+        order = f", eviction_order: {a.eviction_order}" if a.eviction_order and not split else ""
+        if order and a.eviction_order == "prefix_depth" and a.eviction_stale_turnover:
+            order += f", eviction_stale_turnover: {a.eviction_stale_turnover}"
         text = f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\nowners:\n"
         for i, op in enumerate(oports):
             hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
+            if a.hot_writeback and a.writeback_demote:
+                hot += f", writeback_demote: {'true' if a.writeback_demote == 'on' else 'false'}"
             if a.eviction_free_watermark is not None:
                 hot += f", eviction_free_watermark: {a.eviction_free_watermark}"
+            hot += order
             mp_ = free_port()
             metrics_ports.append(("store" if split else f"instance {i}", mp_))
             dram = (a.store_dram or a.owner_dram) if split else a.owner_dram
             text += (f"  - {{node_id: {i + 1}, port: {op}, metrics_port: {mp_}, contribute_to_cluster_pool_size:"
                      f" {{dram: {dram}}}, local_reserve_grant_bytes: {a.grant}{hot}}}\n")
         rc_dram = a.remote_cache_dram or _double(a.owner_dram)
+        # Only unified's owners: split's store stands in for another system's (it keeps the tier order).
         for j in range(a.remote_cache):
             mp_ = free_port()
             metrics_ports.append((f"cpu owner {j}", mp_))
             text += (f"  - {{node_id: {len(oports) + j + 1}, role: remote_cache, port: {free_port()},"
                      f" metrics_port: {mp_}, contribute_to_cluster_pool_size: {{dram: {rc_dram}}},"
-                     f" local_reserve_grant_bytes: {a.grant}}}\n")
+                     f" local_reserve_grant_bytes: {a.grant}{order}}}\n")
         cfg.write_text(text)
         fb = find_fluxon_bin()
         subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)

@@ -151,7 +151,8 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "eviction_tp_cohorts", "data_host", "data_port", "data_transport", "data_threads",
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
                       "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark",
-                      "replica_task_max_inflight", "idle_grant_shrink_ms", "spill_free_ratio"}));
+                      "replica_task_max_inflight", "idle_grant_shrink_ms", "spill_free_ratio",
+                      "eviction_order", "eviction_stale_turnover"}));
   FLX_TRY(get_uint(n, "replica_task_max_inflight", where, o.replica_task_max_inflight));
   if (o.replica_task_max_inflight > 64)
     return invalid_argument(where + ".replica_task_max_inflight: must be in 1..64");
@@ -197,6 +198,25 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   FLX_TRY(get_uint(n, "eviction_max_bytes_per_round", where, o.eviction_max_bytes_per_round));
   FLX_TRY(get_uint(n, "eviction_interval_ms", where, o.eviction_interval_ms));
   FLX_TRY(get_uint(n, "idle_grant_shrink_ms", where, o.idle_grant_shrink_ms));
+  if (n["eviction_order"]) {
+    std::string order;
+    FLX_TRY(get_str(n, "eviction_order", where, order));
+    if (order != "tier" && order != "prefix_depth")
+      return invalid_argument(where + ".eviction_order: must be tier or prefix_depth, not '" + order + "'");
+    o.eviction_prefix_depth = order == "prefix_depth";
+  }
+  if (n["eviction_stale_turnover"]) {
+    double v = 0;
+    try {
+      v = n["eviction_stale_turnover"].as<double>();
+    } catch (const YAML::Exception&) {
+    }
+    if (!(v >= 0.5 && v <= 1000))
+      return invalid_argument(where + ".eviction_stale_turnover: must be a number of segments in [0.5, 1000]");
+    if (!o.eviction_prefix_depth)
+      return invalid_argument(where + ".eviction_stale_turnover: only with eviction_order: prefix_depth");
+    o.eviction_stale_turnover = v;
+  }
   for (auto [name, flag] : {std::pair<const char*, bool*>{"eviction", &o.eviction},
                              std::pair<const char*, bool*>{"eviction_tp_cohorts", &o.eviction_tp_cohorts},
                              std::pair<const char*, bool*>{"writeback_demote", &o.writeback_demote}}) {
@@ -398,7 +418,9 @@ std::string describe(const ClusterConfig& c) {
       << "\n    eviction: " << b(w.eviction) << "\n    eviction_max_bytes_per_round: " << w.eviction_max_bytes_per_round
       << "\n    eviction_interval_ms: " << w.eviction_interval_ms << "\n    eviction_tp_cohorts: "
       << b(w.eviction_tp_cohorts) << "\n    eviction_free_watermark: " << w.eviction_free_watermark
-      << "\n    idle_grant_shrink_ms: " << w.idle_grant_shrink_ms;
+      << "\n    idle_grant_shrink_ms: " << w.idle_grant_shrink_ms
+      << "\n    eviction_order: " << (w.eviction_prefix_depth ? "prefix_depth" : "tier");
+    if (w.eviction_prefix_depth) o << "\n    eviction_stale_turnover: " << w.eviction_stale_turnover;
     if (w.hot_writeback_ratio > 0) o << "\n    replica_writeback_hot_capacity_ratio: " << w.hot_writeback_ratio;
     if (w.spill_free_ratio > 0) o << "\n    spill_free_ratio: " << w.spill_free_ratio;
     o << "\n    writeback_demote: " << b(w.writeback_demote) << "\n    writeback_timeout_ms: " << w.writeback_timeout_ms

@@ -174,6 +174,22 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
             .find("owners[0].spill_free_ratio: needs master.replica_task_placement") != std::string::npos);
   CHECK(err("owners: [{role: remote_cache, spill_free_ratio: 0.25}]").find("where spills go: it cannot spill") !=
         std::string::npos);
+  // eviction_order: tier (the default) or prefix_depth; the stale turnover only with prefix_depth.
+  auto depth = parse_config_text("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: 2.5}]\n");
+  REQUIRE(depth.ok());
+  CHECK(depth->owners[0].eviction_prefix_depth);
+  CHECK(depth->owners[0].eviction_stale_turnover == doctest::Approx(2.5));
+  CHECK(describe(*depth).find("eviction_order: prefix_depth\n    eviction_stale_turnover: 2.5") != std::string::npos);
+  auto tier = parse_config_text("owners: [{node_id: 1}]\n");
+  REQUIRE(tier.ok());
+  CHECK_FALSE(tier->owners[0].eviction_prefix_depth);
+  CHECK(describe(*tier).find("eviction_order: tier") != std::string::npos);
+  CHECK(err("owners: [{eviction_order: lru}]").find("owners[0].eviction_order: must be tier or prefix_depth, not 'lru'") !=
+        std::string::npos);
+  CHECK(err("owners: [{eviction_stale_turnover: 2}]").find("owners[0].eviction_stale_turnover: only with") !=
+        std::string::npos);
+  CHECK(err("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: 0.1}]")
+            .find("owners[0].eviction_stale_turnover: must be a number of segments in [0.5, 1000]") != std::string::npos);
   // Owner-hot write-back: a ratio in (0, 1), and only with strict placement.
   CHECK(err("owners: [{replica_writeback_hot_capacity_ratio: 0}]").find("must be in (0, 1)") != std::string::npos);
   CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"

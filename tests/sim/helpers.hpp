@@ -19,12 +19,13 @@ inline OwnerConfig small_owner() {
 
 inline Envelope put_start(sim::Cluster& c, int owner, uint64_t s, std::vector<std::string> keys,
                           uint64_t value_len = 4096, std::vector<uint32_t> groups = {},
-                          std::vector<std::string> parents = {}) {
+                          std::vector<std::string> parents = {}, std::vector<uint32_t> depths = {}) {
   wire::PutStartReqT p;
   p.keys = std::move(keys);
   p.value_len = value_len;
   p.atomic_group_lens = std::move(groups);
   p.radix_parent_keys = std::move(parents);
+  p.content_depths = std::move(depths);
   return c.call(owner, s, make_envelope(std::move(p)));
 }
 

@@ -132,6 +132,114 @@ TEST_CASE("eviction: recoverable first - remote-complete cohorts go before colde
   CHECK(ev.select(ix, pool, 4096, 2 * 4096, 0, marks) == V{{4, 0}, {1, 0}});  // the pinned one last
 }
 
+TEST_CASE("DepthOrder: stale first (oldest first), then the deepest, the least recently touched of a depth first") {
+  DepthOrder o(/*stale_bytes=*/3 * 4096);
+  o.admit("root", 0, 4096);
+  o.admit("a1", 1, 4096);
+  o.admit("b1", 1, 4096);
+  o.admit("a2", 2, 4096);
+  auto order = [&] {
+    std::vector<std::string> v;
+    o.visit([&](const std::string& k) {
+      v.push_back(k);
+      return false;
+    });
+    return v;
+  };
+  using V = std::vector<std::string>;
+  CHECK(order() == V{"a2", "a1", "b1", "root"});  // nothing stale: deepest first, a1 older than b1
+  o.touch("a1");
+  CHECK(order() == V{"a2", "b1", "a1", "root"});  // a read makes it the most recent of its depth
+  o.admit("c3", 3, 4096);                         // the clock moves 4 KiB: root is older than 3 admissions
+  CHECK(o.stale("root"));
+  CHECK(order() == V{"root", "c3", "a2", "b1", "a1"});  // untouched too long: first, though shallowest
+  o.touch("root");
+  CHECK_FALSE(o.stale("root"));
+  o.erase("c3");
+  CHECK(order() == V{"a2", "b1", "a1", "root"});
+  CHECK(o.size() == 4);
+  CHECK(DepthOrder::kUnknown > 1000000);  // no depth: ordered as the deepest
+}
+
+TEST_CASE("eviction: prefix_depth - the deepest leaf goes first, stale before deep, remote-complete before both") {
+  ReservePool pool(1 << 20, 1 << 20, {});
+  LocalIndex ix(1 << 20, 0, false, /*depth_stale_bytes=*/uint64_t(64) << 10);
+  Eviction ev({true, 1 << 20, 0});
+  // Two sessions: s (root s0, s1, s2) and t (root t0, t1); t's pages entered last, so recency
+  // alone would take s0 first.
+  std::vector<std::pair<std::string, std::string>> pages{{"s0", ""}, {"s1", "s0"}, {"s2", "s1"}, {"t0", ""},
+                                                         {"t1", "t0"}};
+  for (size_t i = 0; i < pages.size(); ++i) {
+    auto c = pool.try_claim(4096, 1);
+    REQUIRE((c.ok() && c.value()));
+    SlotRef sl = (*c.value())[0];
+    pool.commit_local(sl);
+    pool.route_live(sl);
+    LocalIndex::Entry e;
+    e.put_id = uint64_t(i + 1);
+    e.slot = sl;
+    e.len = 4096;
+    e.live = true;
+    const auto& [k, parent] = pages[i];
+    // s's depths are given (content_depths); t1's follows from its parent's.
+    const uint32_t depth = k[0] == 's' ? uint32_t(k[1] - '0') : (k == "t0" ? 0 : LocalIndex::kNoDepth);
+    ix.insert(k, e, &parent, depth);
+    ix.enter_resident(k, {e.put_id, 0}, 4096);
+  }
+  CHECK(ix.depth_of("t1") == 1);
+  CHECK(ix.depth_of("s2") == 2);
+  auto never = [](LocalIndex::CohortId) { return false; };
+  const Eviction::Marks none{never, never};
+  using V = std::vector<LocalIndex::CohortId>;
+  // Each selected cohort's reclaim commits (the entry goes) before the next round.
+  auto round = [&] {
+    auto v = ev.select(ix, pool, 4096, 4096, 0, none);
+    for (const auto& c : v)
+      for (const auto& k : std::vector<std::string>(*ix.cohort(c))) ix.erase(ix.find(k));
+    return v;
+  };
+  CHECK(round() == V{{3, 0}});  // s2: the deepest, though t's pages are newer
+  ix.touch("t1");
+  ix.touch("s1");
+  CHECK(round() == V{{5, 0}});  // s1 and t1 at depth 1: t1 was read before s1
+  ix.mark_remote_complete({1, 0});  // s0: a target owner holds it - recoverable, before s1
+  CHECK(round() == V{{1, 0}});
+  CHECK(round() == V{{2, 0}});  // s1 (depth 1) before the root t0
+  CHECK(round() == V{{4, 0}});
+  CHECK(round().empty());
+}
+
+TEST_CASE("eviction: prefix_depth - a page untouched while the owner admitted the stale bytes goes before deeper live ones") {
+  ReservePool pool(1 << 20, 1 << 20, {});
+  LocalIndex ix(1 << 20, 0, false, /*depth_stale_bytes=*/uint64_t(8) << 10);
+  Eviction ev({true, 1 << 20, 0});
+  // k0 (depth 0) is admitted first, then k1..k3 at depths 1..3 (no chain: each its own leaf).
+  for (uint32_t i = 0; i < 4; ++i) {
+    auto c = pool.try_claim(4096, 1);
+    REQUIRE((c.ok() && c.value()));
+    SlotRef sl = (*c.value())[0];
+    pool.commit_local(sl);
+    pool.route_live(sl);
+    LocalIndex::Entry e;
+    e.put_id = i + 1;
+    e.slot = sl;
+    e.len = 4096;
+    e.live = true;
+    ix.insert("k" + std::to_string(i), e, nullptr, i);
+    ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
+  }
+  auto never = [](LocalIndex::CohortId) { return false; };
+  const Eviction::Marks none{never, never};
+  using V = std::vector<LocalIndex::CohortId>;
+  // k0 entered 12 KiB of admissions ago (more than 8 KiB): stale; k1 8 KiB ago: not yet.
+  CHECK(ix.depth_order()->stale("k0"));
+  CHECK_FALSE(ix.depth_order()->stale("k1"));
+  CHECK(ev.select(ix, pool, 4096, 4096, 0, none) == V{{1, 0}});  // stale: first, though the shallowest
+  // Then the deepest first, whatever their age (an LRU would take k1, the oldest).
+  CHECK(ev.select(ix, pool, 4096, 2 * 4096, 0, none) == V{{4, 0}, {3, 0}});
+  CHECK(ev.select(ix, pool, 4096, 4096, 0, none) == V{{2, 0}});
+}
+
 #include "fluxon/core/retry_table.hpp"
 
 namespace {

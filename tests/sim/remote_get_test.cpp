@@ -480,10 +480,12 @@ TEST_CASE("an owner alone in its cluster answers misses without the master, with
 
 namespace {
 Envelope put_opts(sim::Cluster& c, int o, uint64_t s, std::vector<std::string> keys, bool make_replica,
-                  bool write_through, std::vector<bool> mask = {}, std::vector<std::string> parents = {}) {
+                  bool write_through, std::vector<bool> mask = {}, std::vector<std::string> parents = {},
+                  std::vector<uint32_t> depths = {}) {
   wire::PutStartReqT p;
   p.keys = keys;
   p.radix_parent_keys = std::move(parents);
+  p.content_depths = std::move(depths);
   p.value_len = 4096;
   p.make_replica_task = make_replica;
   p.write_through = write_through;
@@ -583,18 +585,21 @@ TEST_CASE("write_through without a target-role owner: the future fails naming th
   check_quiet(c);
 }
 
-TEST_CASE("replica tasks carry the prefix chain: the remote_cache owner's copies continue the same pages as their sources") {
+TEST_CASE("replica tasks carry the prefix chain and depths: the remote_cache owner's copies continue the same pages as their sources") {
   sim::Cluster c(seed_from_env(205), small_owner(), 2, {"sglang_owner", "remote_cache"});
   c.run_for(10);
   const uint64_t s = c.open_session(0);
-  // Two puts of one chain: ch0 <- ch1 <- ch2 (the second put continues the first's last page).
-  put_opts(c, 0, s, {"ch0", "ch1"}, true, false, {}, {"", "ch0"});
+  // Two puts of one chain: ch0 <- ch1 <- ch2 (the second put continues the first's last page). The
+  // first gives its depths; the second's follows from its parent's here.
+  put_opts(c, 0, s, {"ch0", "ch1"}, true, false, {}, {"", "ch0"}, {0, 1});
   put_opts(c, 0, s, {"ch2"}, true, false, {}, {"ch1"});
   REQUIRE(c.run_until([&] { return c.owner(1).counters().replica_done_total == 3; }, 20000));
   CHECK(c.owner(0).prefix_parent("ch1") == "ch0");
   CHECK(c.owner(1).prefix_parent("ch0") == "");
   CHECK(c.owner(1).prefix_parent("ch1") == "ch0");
   CHECK(c.owner(1).prefix_parent("ch2") == "ch1");
+  CHECK(c.owner(0).prefix_depth("ch2") == 2);
+  for (uint32_t d = 0; d < 3; ++d) CHECK(c.owner(1).prefix_depth("ch" + std::to_string(d)) == d);
   check_quiet(c);
 }
 

@@ -156,19 +156,23 @@ OwnerConfig hot_owner(bool demote) {
 }
 
 // 40 puts of 2 atomic groups of 5 keys on owner 0 (node 1), bytes written; returns the groups.
-// 40 puts of two groups of 5; `chains`: every 4 puts are one prefix chain (radix_parent_keys).
+// 40 puts of two groups of 5; `chains`: every 4 puts are one prefix chain (radix_parent_keys),
+// each key's content depth its place in the chain.
 std::vector<std::vector<std::string>> fill(sim::Cluster& c, uint64_t s, bool chains = false) {
   std::vector<std::vector<std::string>> groups;
   std::string last;
   for (int p = 0; p < 40; ++p) {
     std::vector<std::string> keys, parents;
+    std::vector<uint32_t> depths;
     if (p % 4 == 0) last.clear();
     for (int i = 0; i < 10; ++i) {
       keys.push_back("wb-" + std::to_string(p) + "-" + std::to_string(i));
       parents.push_back(last);
+      depths.push_back(uint32_t((p % 4) * 10 + i));
       last = keys.back();
     }
-    auto r = put_start(c, 0, s, keys, 4096, {5, 5}, chains ? parents : std::vector<std::string>{});
+    auto r = put_start(c, 0, s, keys, 4096, {5, 5}, chains ? parents : std::vector<std::string>{},
+                       chains ? depths : std::vector<uint32_t>{});
     auto* ps = r.body.AsPutStartReply();
     REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
     for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], wpattern(keys[i]));
@@ -240,7 +244,7 @@ TEST_CASE("owner-hot write-back: evicted cohorts get a copy on the remote_cache 
   CHECK(c.read(0, t.body.AsGetTransferReply()->offsets[1]) == wpattern(groups.back().back()));
 }
 
-TEST_CASE("owner-hot write-back carries the prefix chain: demoted pages on the remote_cache owner continue the same pages") {
+TEST_CASE("owner-hot write-back carries the prefix chain and depths: demoted pages on the remote_cache owner continue the same pages") {
   sim::Cluster c(seed_from_env(305), hot_owner(true), 2, {"sglang_owner", "remote_cache"});
   c.run_for(10);
   const uint64_t s = c.open_session(0);
@@ -256,6 +260,7 @@ TEST_CASE("owner-hot write-back carries the prefix chain: demoted pages on the r
       const std::string want = i > 0 ? "wb-" + std::to_string(p) + "-" + std::to_string(i - 1)
                                : p % 4 ? "wb-" + std::to_string(p - 1) + "-9" : std::string();
       CHECK_MESSAGE(c.owner(1).prefix_parent(k) == want, k);
+      CHECK_MESSAGE(c.owner(1).prefix_depth(k) == uint32_t((p % 4) * 10 + i), k);  // the depth order's input
       ++checked;
     }
   CHECK(checked >= 200);  // most of the 400 keys went to the target

@@ -33,6 +33,22 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   // which has no GPU tier in front, and lost in `fluxon workload`: L2 hits 5.7% -> 3.4% with
   // write-through, 10.3% -> 5.5% with write-back, 8 MiB owner.)
   LocalIndex::Going going;
+  // The rest of the exact cohort of chosen[at] goes with it (the same transaction); its parents
+  // lose those children.
+  auto rest_of_cohort = [&](size_t at) {
+    uint64_t got = 0;
+    for (const auto& id : index.exact_cohort({chosen[at].second.put_id, chosen[at].second.group}))
+      if (const auto* keys = index.cohort(id))
+        for (const auto& key : *keys) {
+          if (key != chosen[at].first) {
+            auto it = index.find(key);
+            if (it != index.end() && it->second.live && index.leave_resident(key, id.first))
+              got += pool.slot_size(it->second.slot);
+          }
+          if (const auto* p = index.parent_of(key)) going[*p]++;
+        }
+    return got;
+  };
   auto leaves = [&](uint64_t need, uint64_t size_class) {
     uint64_t got = 0;
     auto leaf = [&](const std::string& k, const LocalIndex::ResidentRef& r) {
@@ -42,32 +58,47 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
       const size_t at = chosen.size();
       const uint64_t g = index.resident().evict_some_if(1, leaf, &chosen);
       if (g == 0) break;
-      got += g;
-      // The rest of its exact cohort goes with it (the same transaction); its parents lose those children.
-      for (const auto& id : index.exact_cohort({chosen[at].second.put_id, chosen[at].second.group}))
-        if (const auto* keys = index.cohort(id))
-          for (const auto& key : *keys) {
-            if (key != chosen[at].first) {
-              auto it = index.find(key);
-              if (it != index.end() && it->second.live &&
-                  index.resident().remove_if(key, [&](const LocalIndex::ResidentRef& x) { return x.put_id == id.first; }))
-                got += pool.slot_size(it->second.slot);
-            }
-            if (const auto* p = index.parent_of(key)) going[*p]++;
-          }
+      index.left_resident(chosen[at].first);
+      got += g + rest_of_cohort(at);
+    }
+    return got;
+  };
+  // eviction_order: prefix_depth - the leaves in the depth order (stale first, then the deepest).
+  auto by_depth = [&](uint64_t need, uint64_t size_class) {
+    uint64_t got = 0;
+    while (got < need) {
+      std::string pick;
+      LocalIndex::ResidentRef ref;
+      index.depth_order()->visit([&](const std::string& k) {
+        auto it = index.find(k);
+        if (it == index.end() || !index.resident().contains(k)) return false;
+        const LocalIndex::ResidentRef r{it->second.put_id, it->second.group};
+        if (!unheld(k, r, size_class) || !index.cohort_is_leaf({r.put_id, r.group}, going)) return false;
+        pick = k;
+        ref = r;
+        return true;
+      });
+      if (pick.empty() || !index.leave_resident(pick, ref.put_id)) break;
+      got += pool.slot_size(index.find(pick)->second.slot);
+      chosen.emplace_back(std::move(pick), ref);
+      got += rest_of_cohort(chosen.size() - 1);
     }
     return got;
   };
   auto any = [&](uint64_t need, uint64_t size_class) {
-    return index.resident().evict_some_if(
+    const size_t at = chosen.size();
+    const uint64_t g = index.resident().evict_some_if(
         need, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return unheld(k, r, size_class); }, &chosen);
+    for (size_t i = at; i < chosen.size(); ++i) index.left_resident(chosen[i].first);
+    return g;
   };
   // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
   uint64_t got = 0;
   for (const uint64_t size_class : {slot_size, uint64_t(0)})
     for (pass = 0; pass < 4 && got < want; ++pass) {
-      if (pass == 1 && !index.chained()) continue;
-      got += pass == 1 ? leaves(want - got, size_class) : any(want - got, size_class);
+      if (pass == 1 && index.depth_order()) got += by_depth(want - got, size_class);
+      else if (pass == 1 && index.chained()) got += leaves(want - got, size_class);
+      else if (pass != 1) got += any(want - got, size_class);
     }
   std::vector<LocalIndex::CohortId> cohorts;
   cohorts.reserve(chosen.size());

@@ -175,7 +175,8 @@ void GetFlights::flush(Millis now, Outbox& out) {
 }
 
 std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& keys,
-                                             const std::vector<std::string>& parents, Millis now, Outbox& out) {
+                                             const std::vector<std::string>& parents,
+                                             const std::vector<uint32_t>& depths, Millis now, Outbox& out) {
   Job start{Job::Kind::kStart, {}, {}, {}, 0};
   std::vector<uint64_t> ids;
   if (keys.empty()) return ids;
@@ -184,6 +185,7 @@ std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& key
     const std::string& key = keys[i];
     const uint64_t fid = new_flight(key, batch, uint32_t(start.keys.size()), /*wanted=*/true);
     if (i < parents.size()) flights_.at(fid).parent = parents[i];
+    if (i < depths.size()) flights_.at(fid).depth = depths[i];
     ids.push_back(fid);
     start.get_ids.push_back(fid);
     start.keys.push_back(key);
@@ -312,7 +314,7 @@ GetFlights::JobSettled GetFlights::on_job_reply(uint64_t token, Envelope& reply,
         settled.removals.push_back({Removal{f.key, f.ver, slot, f.batch}});
       } else {
         s_.local.insert(f.key, LocalIndex::Entry{f.batch, slot, f.len, true, f.group, f.ver},
-                        f.parent.empty() ? nullptr : &f.parent);
+                        f.parent.empty() ? nullptr : &f.parent, f.depth);
         settled.live.push_back(LiveEntry{f.key, {f.batch, f.group}, s_.pool.slot_size(slot)});
       }
       f.phase = Phase::kReady;

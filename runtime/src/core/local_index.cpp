@@ -17,10 +17,15 @@ LocalIndex::Tier::Options tier_options(uint64_t capacity, bool enforce, uint64_t
 }
 }  // namespace
 
-LocalIndex::LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts)
+LocalIndex::LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts,
+                       std::optional<uint64_t> depth_stale_bytes)
     : resident_(tier_options(segment_len, false, segment_len)), tp_cohorts_(tp_cohorts) {
+  // With the depth order the hot tier only holds what is not written back yet: its bound is kept
+  // by WriteBack, which takes victims in the depth order instead of the tier's Size evictions.
   if (hot_ratio > 0)
-    hot_ = std::make_unique<Tier>(tier_options(uint64_t(double(segment_len) * hot_ratio), true, segment_len));
+    hot_ = std::make_unique<Tier>(
+        tier_options(uint64_t(double(segment_len) * hot_ratio), !depth_stale_bytes, segment_len));
+  if (depth_stale_bytes) order_.emplace(*depth_stale_bytes);
 }
 
 bool LocalIndex::cohort_held(CohortId id, const ReservePool& pool) const {
@@ -33,10 +38,16 @@ bool LocalIndex::cohort_held(CohortId id, const ReservePool& pool) const {
   return false;
 }
 
-void LocalIndex::insert(const std::string& key, Entry e, const std::string* parent) {
+void LocalIndex::insert(const std::string& key, Entry e, const std::string* parent, uint32_t depth) {
   cohorts_[{e.put_id, e.group}].push_back(key);
   entries_[key] = e;
-  if (parent && !parent->empty()) chains_.link(key, *parent);
+  if (parent && !parent->empty()) {
+    chains_.link(key, *parent);
+    if (depth == kNoDepth)
+      if (auto d = depths_.find(*parent); d != depths_.end()) depth = d->second + 1;
+  }
+  if (depth != kNoDepth) depths_[key] = depth;
+  else depths_.erase(key);
 }
 
 void LocalIndex::erase(Map::iterator it) {
@@ -54,6 +65,8 @@ void LocalIndex::erase(Map::iterator it) {
     }
   }
   chains_.unlink(key);
+  depths_.erase(key);
+  if (order_) order_->erase(key);
   entries_.erase(it);
 }
 

@@ -249,7 +249,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
         counters_.replica_tasks_no_target_total++;  // strict roles: no fallback to other owners
       } else {
         if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
-        replica_queue_.push_back(ReplicaTask{item->key, v, pd.node_id, item->parent});
+        replica_queue_.push_back(ReplicaTask{item->key, v, pd.node_id, item->parent, item->depth});
         counters_.replica_tasks_total++;
       }
     }

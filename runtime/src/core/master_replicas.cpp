@@ -38,7 +38,7 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
       rep.status.push_back(wire::WriteBackStatus::NoTarget);
       continue;
     }
-    queue_writeback(item->key, v, req.node_id, item->parent, now);
+    queue_writeback(item->key, v, req.node_id, item->parent, item->depth, now);
     rep.status.push_back(wire::WriteBackStatus::Queued);
   }
   return make_envelope(std::move(rep));
@@ -65,6 +65,7 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
   if (req.poll_id != 0 && last.poll_id == req.poll_id && last.generation == req.generation) {
     rep.keys = last.keys;  // T1: the reply was lost; the same tasks again
     rep.parents = last.parents;
+    rep.depths = last.depths;
     return make_envelope(std::move(rep));
   }
   while (!replica_queue_.empty() && rep.keys.size() < req.max) {
@@ -79,10 +80,11 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
     }
     rep.keys.push_back(std::move(t.key));
     rep.parents.push_back(std::move(t.parent));
+    rep.depths.push_back(t.depth);
     replica_targets_[req.node_id]++;
     counters_.replica_tasks_assigned_total++;
   }
-  last = LastPoll{req.generation, req.poll_id, rep.keys, rep.parents};
+  last = LastPoll{req.generation, req.poll_id, rep.keys, rep.parents, rep.depths};
   return make_envelope(std::move(rep));
 }
 

@@ -132,7 +132,7 @@ void MasterCore::tier1_evicted(uint32_t node, const std::string& key, const Vers
     counters_.tier1_no_target_total++;
     return;
   }
-  queue_writeback(key, v, node, std::string(), now_);
+  queue_writeback(key, v, node, std::string(), -1, now_);
   counters_.tier1_queued_total++;
 }
 
@@ -175,7 +175,7 @@ void MasterCore::tier2_select(uint32_t node, NodeTiers& t) {
       // T1's write-back of it is on its way already.
       vic.state = TierVictim::State::kFenced;
       vic.until = now_ + kWriteBackTaskMs;
-      queue_writeback(k, v, node, std::string(), now_);
+      queue_writeback(k, v, node, std::string(), -1, now_);
       victim_timers_.emplace_back(vic.until, node, k);
       counters_.tier2_fenced_total++;
     }
@@ -250,10 +250,11 @@ bool MasterCore::writeback_pending(const std::string& key, const Version& v, Mil
 }
 
 void MasterCore::queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent,
+                                 int32_t depth,
                                  Millis now) {
   if (writeback_pending(key, v, now)) return;  // queued once per version until the task had time to finish
   if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
-  replica_queue_.push_back(ReplicaTask{key, v, source, parent});
+  replica_queue_.push_back(ReplicaTask{key, v, source, parent, depth});
   writeback_tasks_[key] = {v, now + kWriteBackTaskMs};
   writeback_order_.emplace_back(now + kWriteBackTaskMs, key);
   counters_.writeback_tasks_total++;

@@ -52,6 +52,8 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   std::optional<std::vector<std::string>> parents;
   if (!req.radix_parent_keys.empty()) parents = req.radix_parent_keys;
   if (st.is_ok()) st = validate_parent_keys(parents, req.keys);
+  if (st.is_ok() && !req.content_depths.empty())
+    st = validate_content_depths(std::optional<std::vector<uint32_t>>(req.content_depths), n);
   if (!st.is_ok()) {
     s_.reply_error(session, token, st, out);
     return true;
@@ -94,6 +96,7 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   plan.value_len = req.value_len;
   plan.group_lens = req.atomic_group_lens;
   plan.parents = std::move(req.radix_parent_keys);
+  plan.depths = std::move(req.content_depths);
   plan.write_through = req.write_through;
   plan.replica.resize(n);
   for (uint32_t i = 0; i < n; ++i)
@@ -191,7 +194,8 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
       if (auto r = supersede(k, prev)) done.removals.push_back({std::move(*r)});
     }
     s_.local.insert(k, Entry{put_id, plan.slots[i], plan.value_len, false, group, s_.version_of(put_id)},
-                    plan.parents.empty() ? nullptr : &plan.parents[i]);
+                    plan.parents.empty() ? nullptr : &plan.parents[i],
+                    plan.depths.empty() ? LocalIndex::kNoDepth : plan.depths[i]);
     job.groups.push_back(group);
     job.offsets.push_back(s_.pool.slot_offset(plan.slots[i]));
     job.lens.push_back(plan.value_len);
@@ -224,6 +228,7 @@ void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
     item->group = job.groups[i];
     item->slot_size = s_.pool.slot_size(job.slots[i]);
     if (const std::string* parent = s_.local.parent_of(job.keys[i])) item->parent = *parent;
+    item->depth = wire_depth(s_.local.depth_of(job.keys[i]));
     if (!job.origins.empty()) {
       item->origin_node = job.origins[i].origin_node;
       item->origin_generation = job.origins[i].origin_generation;

@@ -58,7 +58,8 @@ bool ReplicaPuller::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox
   std::vector<Task> tasks;
   tasks.reserve(rp->keys.size());
   for (size_t i = 0; i < rp->keys.size(); ++i)
-    tasks.push_back(Task{std::move(rp->keys[i]), i < rp->parents.size() ? std::move(rp->parents[i]) : std::string()});
+    tasks.push_back(Task{std::move(rp->keys[i]), i < rp->parents.size() ? std::move(rp->parents[i]) : std::string(),
+                         from_wire_depth(i < rp->depths.size() ? rp->depths[i] : -1)});
   start(std::move(tasks), now, out, putting);
   return true;
 }
@@ -66,6 +67,7 @@ bool ReplicaPuller::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox
 void ReplicaPuller::start(std::vector<Task> tasks, Millis now, Outbox& out,
                           const std::function<bool(const std::string&)>& putting) {
   std::vector<std::string> fetch, parents;
+  std::vector<uint32_t> depths;
   for (auto& t : tasks) {
     if (s_.local.contains(t.key) || gets_.fetching(t.key) || putting(t.key)) {
       s_.counters.replica_tasks_skipped_total++;  // here already, or on its way
@@ -73,10 +75,12 @@ void ReplicaPuller::start(std::vector<Task> tasks, Millis now, Outbox& out,
     }
     fetch.push_back(std::move(t.key));
     parents.push_back(std::move(t.parent));
+    depths.push_back(t.depth);
   }
   // The flights hold their interest for the task until they are terminal (settle drops it).
-  const auto ids = gets_.start_held(fetch, parents, now, out);
-  for (size_t i = 0; i < ids.size(); ++i) flights_.emplace(ids[i], Task{std::move(fetch[i]), std::move(parents[i])});
+  const auto ids = gets_.start_held(fetch, parents, depths, now, out);
+  for (size_t i = 0; i < ids.size(); ++i)
+    flights_.emplace(ids[i], Task{std::move(fetch[i]), std::move(parents[i]), depths[i]});
 }
 
 void ReplicaPuller::settle(Millis now, Outbox& out) {

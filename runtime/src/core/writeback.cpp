@@ -20,6 +20,23 @@ void WriteBack::admit(const std::vector<LiveEntry>& live, Millis now, Outbox& ou
   if (!hot_tier) return;
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> evicted;
   for (const auto& e : live) (void)hot_tier->insert(e.key, e.ref, e.weight, &evicted);
+  if (const DepthOrder* order = s_.local.depth_order()) {
+    // eviction_order: prefix_depth - the tier holds what is not written back yet, unbounded; over
+    // its share, the victims are taken in the depth order (stale first, then the deepest).
+    const uint64_t size = hot_tier->weighted_size(), cap = hot_tier->max_capacity();
+    uint64_t over = size > cap ? size - cap : 0;
+    if (over > 0)
+      order->visit([&](const std::string& k) {
+        auto it = s_.local.find(k);
+        if (it == s_.local.end() || !hot_tier->contains(k)) return false;
+        const LocalIndex::ResidentRef r{it->second.put_id, it->second.group};
+        if (!hot_tier->remove_if(k, [&](const LocalIndex::ResidentRef& x) { return x.put_id == r.put_id; }))
+          return false;
+        evicted.emplace_back(k, r);
+        over -= std::min(over, s_.pool.slot_size(it->second.slot));
+        return over == 0;
+      });
+  }
   if (!evicted.empty()) write_back(evicted, now, out);
 }
 
@@ -85,9 +102,12 @@ void WriteBack::send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox
       const std::string* parent = s_.local.parent_of(job.keys[i]);
       w.items.push_back(std::make_unique<wire::WriteBackItemT>(
           wire::WriteBackItemT{{}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation,
-                               job.versions[i].put_id, parent ? *parent : std::string()}));
+                               job.versions[i].put_id, parent ? *parent : std::string(),
+                               wire_depth(s_.local.depth_of(job.keys[i]))}));
     }
-    jobs_.schedule(id, now + s_.cfg.publish_retry_ms);
+    // Asked again soon: a write-back is answered Queued until its copy lands, and the slots it
+    // frees (demotion) wait for that answer.
+    jobs_.schedule(id, now + std::min<Millis>(kBackedPollMs, s_.cfg.publish_retry_ms));
   }
   s_.counters.writeback_requests_total++;
   const uint64_t tok = s_.new_token(JobKind::kWriteBackBatch);

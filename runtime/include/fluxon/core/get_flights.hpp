@@ -74,9 +74,10 @@ class GetFlights {
 
   // Flights started for others (replica tasks): wanted at once, each key its own cohort, the
   // interest held by the caller until drop_interest(); parents[i] ("": none) is the page before
-  // keys[i] in its prefix: the fetched copy joins that chain. Returns the flight ids.
+  // keys[i] in its prefix: the fetched copy joins that chain, at depths[i] (kNoDepth: not known).
+  // Returns the flight ids.
   std::vector<uint64_t> start_held(const std::vector<std::string>& keys, const std::vector<std::string>& parents,
-                                   Millis now, Outbox& out);
+                                   const std::vector<uint32_t>& depths, Millis now, Outbox& out);
   // A flight's phase; kFailed once it is gone.
   Phase phase(uint64_t flight_id) const;
   void drop_interest(uint64_t flight_id, Millis now, Outbox& out);
@@ -93,6 +94,7 @@ class GetFlights {
     uint64_t batch = 0;         // local identity of the leader batch (the entry's put_id)
     uint32_t group = 0;
     std::string parent;         // the key before it in the leader's prefix read ("": none known)
+    uint32_t depth = LocalIndex::kNoDepth;  // its depth in that prefix (a replica task's; else not known)
     uint32_t source_node = 0;
     uint64_t source_generation = 0, src_offset = 0, len = 0;
     Version ver;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <map>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "fluxon/core/depth_order.hpp"
 #include "fluxon/core/master_core.hpp"
 #include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
@@ -40,7 +42,11 @@ class LocalIndex {
 
   // segment_len sizes the tiers; hot_ratio > 0 enables the hot tier (that share of the segment);
   // tp_cohorts: a cohort's exact set includes the other TP ranks' same group (SGLang's key suffix).
-  LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts);
+  // depth_stale_bytes set: the prefix-depth order (DepthOrder) orders capacity eviction and the hot
+  // tier's write-backs instead of the tiers' W-TinyLFU (eviction_order: prefix_depth).
+  LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts,
+             std::optional<uint64_t> depth_stale_bytes = std::nullopt);
+  static constexpr uint32_t kNoDepth = DepthOrder::kUnknown;
 
   Map::iterator find(const std::string& key) { return entries_.find(key); }
   Map::const_iterator find(const std::string& key) const { return entries_.find(key); }
@@ -52,8 +58,10 @@ class LocalIndex {
   size_t size() const { return entries_.size(); }
 
   // A new local entry (pending local visible, or a fetched replica), joined to its cohort and, when
-  // `parent` names the page before it in its prefix (non-empty), to that chain.
-  void insert(const std::string& key, Entry e, const std::string* parent = nullptr);
+  // `parent` names the page before it in its prefix (non-empty), to that chain. `depth`: pages
+  // before it in its prefix (content_depths, or what its source knew); not given, one more than
+  // its parent's when that is known here.
+  void insert(const std::string& key, Entry e, const std::string* parent = nullptr, uint32_t depth = kNoDepth);
   // The entry leaves the index, its cohort and both tiers.
   void erase(Map::iterator it);
   // Erases key's entry if it is still the copy of `put_id`; true when it did.
@@ -61,15 +69,30 @@ class LocalIndex {
   // The entry went live: it enters the resident tier (the hot tier is admitted by its owner).
   void enter_resident(const std::string& key, ResidentRef ref, uint64_t weight) {
     (void)resident_.insert(key, ref, weight);
+    if (order_) order_->admit(key, depth_of(key), weight);
   }
-  // The copy of `put_id` leaves the resident tier (a reclaim owns it now).
-  void leave_resident(const std::string& key, uint64_t put_id) {
-    resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+  // The copy of `put_id` leaves the resident tier (a reclaim owns it now); true when it was there.
+  bool leave_resident(const std::string& key, uint64_t put_id) {
+    const bool left = resident_.remove_if(key, [put_id](const ResidentRef& r) { return r.put_id == put_id; });
+    if (left && order_) order_->erase(key);
+    return left;
+  }
+  // key left the resident tier through the tier itself (evict_some_if): it leaves the depth order too.
+  void left_resident(const std::string& key) {
+    if (order_) order_->erase(key);
   }
   void touch(const std::string& key) {
     resident_.touch(key);
     if (hot_) hot_->touch(key);
+    if (order_) order_->touch(key);
   }
+  // The page's depth in its prefix (kNoDepth: not known).
+  uint32_t depth_of(const std::string& key) const {
+    auto it = depths_.find(key);
+    return it == depths_.end() ? kNoDepth : it->second;
+  }
+  // The prefix-depth order, or null when the tiers' own order rules (eviction_order: tier).
+  const DepthOrder* depth_order() const { return order_ ? &*order_ : nullptr; }
   Tier& resident() { return resident_; }
   Tier* hot() { return hot_.get(); }
   const Tier* hot() const { return hot_.get(); }
@@ -105,8 +128,14 @@ class LocalIndex {
   std::map<CohortId, std::vector<std::string>> cohorts_;
   PrefixChains<std::string> chains_;
   std::set<CohortId> remote_complete_;
+  std::unordered_map<std::string, uint32_t> depths_;  // known depths of the entries
+  std::optional<DepthOrder> order_;
   bool tp_cohorts_;
 };
+
+// A depth on the wire: -1 for not known.
+inline int32_t wire_depth(uint32_t depth) { return depth == LocalIndex::kNoDepth ? -1 : int32_t(depth); }
+inline uint32_t from_wire_depth(int32_t depth) { return depth < 0 ? LocalIndex::kNoDepth : uint32_t(depth); }
 
 // SGLang's config suffix "_<tp_rank>_<tp_size>" (the last one that ends the key or is followed by
 // '_' or '.'): the same key for the other ranks. Empty when the key has no such suffix.

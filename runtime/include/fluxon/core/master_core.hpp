@@ -163,7 +163,7 @@ class MasterCore {
   // The victims ready for `node` go on its reply.
   void hand_victims(uint32_t node, Envelope& reply);
   // Queues a write-back replica task of key from source (once per version until kWriteBackTaskMs).
-  void queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent,
+  void queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent, int32_t depth,
                        Millis now);
   bool writeback_pending(const std::string& key, const Version& v, Millis now) const;
   void end_get(std::map<GetKey, GetFlight>::iterator it);
@@ -220,12 +220,14 @@ class MasterCore {
     Version ver;
     uint32_t source_node;
     std::string parent;  // the page before it in its prefix ("": none), handed to the target
+    int32_t depth = -1;  // its depth in that prefix (-1: not known), handed to the target
   };
   std::deque<ReplicaTask> replica_queue_;            // FIFO, bounded (oldest dropped when full)
   std::map<uint32_t, uint64_t> replica_targets_;     // target node -> tasks handed to it
   struct LastPoll {
     uint64_t generation = 0, poll_id = 0;
     std::vector<std::string> keys, parents;
+    std::vector<int32_t> depths;
   };
   std::map<uint32_t, LastPoll> last_poll_;           // the answer a re-sent poll gets again
   // Write-back tasks queued, per key: a re-sent WriteBack queues none again until the task had time

@@ -29,6 +29,14 @@ struct OwnerCoreConfig {
   // most eviction_max_bytes_per_round: what claims wait for and the watermark lacks, less the debt).
   uint32_t eviction_interval_ms = 200;
   bool eviction_tp_cohorts = true;  // evict the other TP ranks' copies of a group with it
+  // eviction_order: prefix_depth (true) or tier (false, the default). prefix_depth: capacity
+  // eviction (after remote-complete cohorts) and the hot tier's write-backs take what went stale
+  // first - untouched while the owner admitted eviction_stale_turnover segments' worth of bytes -
+  // then the deepest pages of their prefixes (content_depths; carried with write-backs and replica
+  // tasks), least recently read first: every session keeps its prefix, which a restore can use,
+  // instead of an LRU's whole histories of the sessions read last (DepthOrder).
+  bool eviction_prefix_depth = false;
+  double eviction_stale_turnover = 4.0;
   // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots
   // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
   // put does not wait for a route removal. 0: evict only when a claim finds no slot.

@@ -94,6 +94,8 @@ class OwnerCore {
     const std::string* p = s_.local.parent_of(key);
     return p ? *p : std::string();
   }
+  // key's depth in its prefix here (LocalIndex::kNoDepth: not known).
+  uint32_t prefix_depth(const std::string& key) const { return s_.local.depth_of(key); }
 
  private:
   using Entry = LocalIndex::Entry;

@@ -80,7 +80,10 @@ struct OwnerShared {
       : cfg(c),
         generation(gen),
         pool(segment_len, c.grant_bytes, c.expected_capacity),
-        local(segment_len, c.hot_writeback_ratio, c.eviction_tp_cohorts) {}
+        local(segment_len, c.hot_writeback_ratio, c.eviction_tp_cohorts,
+              c.eviction_prefix_depth
+                  ? std::optional<uint64_t>(uint64_t(c.eviction_stale_turnover * double(segment_len)))
+                  : std::nullopt) {}
 
   const OwnerCoreConfig cfg;
   const uint64_t generation;

@@ -91,6 +91,7 @@ class PutPath {
     std::vector<uint32_t> group_lens;
     std::vector<bool> replica;  // per key: !write_through && make_replica_task && mask[i]
     std::vector<std::string> parents;  // per key ("": a root), or empty: radix_parent_keys
+    std::vector<uint32_t> depths;      // per key, or empty: content_depths
     bool write_through = false;        // the future waits for the remote copy (a target-role owner)
   };
   struct Waiter {

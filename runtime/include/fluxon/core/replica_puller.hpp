@@ -42,9 +42,11 @@ class ReplicaPuller {
 
  private:
   void send_poll(Millis now, Outbox& out);
-  // A task: the key, and the page before it in its prefix ("": none) — the copy joins that chain.
+  // A task: the key, the page before it in its prefix ("": none) — the copy joins that chain —
+  // and its depth there (LocalIndex::kNoDepth: not known).
   struct Task {
     std::string key, parent;
+    uint32_t depth = LocalIndex::kNoDepth;
   };
   void start(std::vector<Task> tasks, Millis now, Outbox& out, const std::function<bool(const std::string&)>& putting);
 

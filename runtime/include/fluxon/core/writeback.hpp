@@ -27,6 +27,8 @@ class WriteBack {
   using CohortId = LocalIndex::CohortId;
   using Entry = LocalIndex::Entry;
   explicit WriteBack(OwnerShared& s) : s_(s) {}
+  // A job is asked about again this often (or publish_retry_ms, if less) until every key is backed.
+  static constexpr Millis kBackedPollMs = 100;
 
   // Entries that went live enter the resident tier; with a hot tier they are admitted together
   // (A1: one reply's whole cohorts), and the cohorts it evicts are written back.
@@ -44,6 +46,7 @@ class WriteBack {
   std::vector<WriteThroughDone> take_write_through_done() { return std::exchange(through_done_, {}); }
   // Capacity eviction took `cohort` first: its write-back has nothing left to copy or demote.
   void cohort_evicted(CohortId cohort);
+
   // The answer to a WriteBack: with writeback_demote, the exact cohort sets now backed on a target
   // (each job's: one demotion transaction each); their jobs have ended.
   std::vector<std::vector<CohortId>> on_batch_reply(uint64_t token, Envelope& reply);

@@ -1,0 +1,98 @@
+// DepthOrder: the prefix-depth eviction order (owner key eviction_order: prefix_depth). A restore
+// stops at a request's first miss, so a page is worth a hit only while every page before it stays:
+// the shallow pages of a prefix are worth the most, and under a loop of sessions that each re-read
+// their whole history (multi-turn serving) recency points at exactly the pages needed next. The
+// order takes first what went stale - untouched while the owner admitted `stale_bytes` (a few
+// segments' worth): a finished session's prefix does not squat forever - oldest first; then the
+// deepest pages, the least recently touched of a depth first. Plain state: the clock is the bytes
+// admitted, never time.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+namespace fluxon {
+
+class DepthOrder {
+ public:
+  static constexpr uint32_t kUnknown = UINT32_MAX;  // no depth given: ordered as the deepest
+
+  explicit DepthOrder(uint64_t stale_bytes) : stale_bytes_(stale_bytes) {}
+
+  // key enters (or re-enters) the order at `depth`; the clock advances by its weight.
+  void admit(const std::string& key, uint32_t depth, uint64_t weight) {
+    erase(key);
+    clock_ += weight;
+    place(key, Item{depth, clock_, ++seq_});
+  }
+  // key was read: it is fresh again and the most recent of its depth.
+  void touch(const std::string& key) {
+    auto it = items_.find(key);
+    if (it == items_.end()) return;
+    const Item item{it->second.depth, clock_, ++seq_};
+    unplace(key, it->second);
+    items_.erase(it);
+    place(key, item);
+  }
+  void erase(const std::string& key) {
+    auto it = items_.find(key);
+    if (it == items_.end()) return;
+    unplace(key, it->second);
+    items_.erase(it);
+  }
+  bool contains(const std::string& key) const { return items_.count(key) != 0; }
+  size_t size() const { return items_.size(); }
+  uint64_t clock() const { return clock_; }
+  bool stale(const std::string& key) const {
+    auto it = items_.find(key);
+    return it != items_.end() && clock_ - it->second.tick > stale_bytes_;
+  }
+
+  // Visits keys in eviction order until `fn` returns true (the visit stops); fn must not change
+  // the order (collect, then erase).
+  template <class Fn>
+  void visit(Fn&& fn) const {
+    for (const auto& [seq, tick, key] : by_seq_) {  // stale first, the least recent first
+      if (clock_ - tick <= stale_bytes_) break;    // ticks grow with seq: the rest are fresh
+      if (fn(key)) return;
+    }
+    for (const auto& [depth, seq, tick, key] : by_depth_) {  // then the deepest, least recent first
+      if (clock_ - tick > stale_bytes_) continue;             // visited above
+      if (fn(key)) return;
+    }
+  }
+
+ private:
+  struct Item {
+    uint32_t depth;
+    uint64_t tick;  // the clock when it was admitted or last read
+    uint64_t seq;   // the order of those events
+  };
+  using DepthKey = std::tuple<uint32_t, uint64_t, uint64_t, std::string>;  // depth, seq, tick, key
+  struct Deeper {  // depth descending, then least recent first
+    bool operator()(const DepthKey& a, const DepthKey& b) const {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+      return std::get<1>(a) < std::get<1>(b);  // seq is unique
+    }
+  };
+  void place(const std::string& key, Item item) {
+    items_.emplace(key, item);
+    by_seq_.emplace(item.seq, item.tick, key);
+    by_depth_.emplace(item.depth, item.seq, item.tick, key);
+  }
+  void unplace(const std::string& key, const Item& item) {
+    by_seq_.erase({item.seq, item.tick, key});
+    by_depth_.erase({item.depth, item.seq, item.tick, key});
+  }
+
+  uint64_t stale_bytes_;
+  uint64_t clock_ = 0, seq_ = 0;
+  std::unordered_map<std::string, Item> items_;
+  std::set<std::tuple<uint64_t, uint64_t, std::string>> by_seq_;  // seq, tick, key
+  std::set<DepthKey, Deeper> by_depth_;
+};
+
+}  // namespace fluxon
