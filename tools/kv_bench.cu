@@ -1,6 +1,7 @@
 // fluxon_kv_bench: KV page copies through plan blobs on the GPU, against baselines measured in the
 // same run: contiguous cudaMemcpyAsync of the same bytes (the link's limit) and a per-page
-// cudaMemcpyAsync loop (the naive path). Both Fluxon paths: SM kernel and copy engines.
+// cudaMemcpyAsync loop (the naive path). The Fluxon paths: SM kernel, copy engines and the few-SM
+// bulk-copy (TMA) kernel.
 #ifdef FLUXON_HAVE_CUBLAS
 #include <cublas_v2.h>
 #endif
@@ -162,8 +163,9 @@ int main() {
   GpuCopier g;
 
   std::printf("\n1 GiB in scattered pages (scattered GPU pages and values), GB/s, median of 5\n");
-  std::printf("%-9s %-8s %9s %9s %7s %9s %7s %9s %9s %12s %12s\n", "page", "dir", "contig", "SM-kern", "x", "copy-eng",
-              "x", "per-page", "SM/naive", "cpu us/pg SM", "cpu us/pg CE");
+  std::printf("(few-SM: %u CTAs)\n", g.few_sm_ctas());
+  std::printf("%-9s %-8s %9s %9s %7s %9s %7s %9s %7s %9s %9s %12s %12s\n", "page", "dir", "contig", "SM-kern", "x",
+              "copy-eng", "x", "few-SM", "x", "per-page", "SM/naive", "cpu us/pg SM", "cpu us/pg CE");
   for (uint64_t page : {16ull << 10, 64ull << 10, 256ull << 10, 1ull << 20, 4718592ull}) {
     const size_t n = total / page;
     Setup st(KvLayout{ValueLayout::kMla, 1, 16, page / 16}, n, host, host_bytes);
@@ -174,14 +176,15 @@ int main() {
         CK(cudaMemcpyAsync(restore ? dcont : static_cast<void*>(host), restore ? static_cast<void*>(host) : dcont,
                            st.bytes(), restore ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
       }) / 1e3);
-      double cpu_sm = 0, cpu_ce = 0;
+      double cpu_sm = 0, cpu_ce = 0, cpu_fs = 0;
       auto run = [&](CopyPath p, double* cpu) {
         auto t0 = std::chrono::steady_clock::now();
-        if (!g.copy(dir, st.copy(), s, p).is_ok()) std::exit(1);
+        OK(g.copy(dir, st.copy(), s, p));
         *cpu = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
       };
       const double sm = gb / (time_ms(s, [&] { run(CopyPath::kSmKernel, &cpu_sm); }) / 1e3);
       const double ce = gb / (time_ms(s, [&] { run(CopyPath::kCopyEngine, &cpu_ce); }) / 1e3);
+      const double fs = gb / (time_ms(s, [&] { run(CopyPath::kFewSm, &cpu_fs); }) / 1e3);
       const double naive = gb / (time_ms(s, [&] {
         auto* vp = st.blob.data() + 2;
         for (size_t i = 0; i < n; ++i) {
@@ -190,9 +193,9 @@ int main() {
           CK(cudaMemcpyAsync(restore ? gpu : val, restore ? val : gpu, page, cudaMemcpyDefault, s));
         }
       }, 3) / 1e3);
-      std::printf("%-9llu %-8s %9.1f %9.1f %7.2f %9.1f %7.2f %9.1f %9.2f %12.3f %12.3f\n",
+      std::printf("%-9llu %-8s %9.1f %9.1f %7.2f %9.1f %7.2f %9.1f %7.2f %9.1f %9.2f %12.3f %12.3f\n",
                   (unsigned long long)page, restore ? "restore" : "backup", contig, sm, sm / contig, ce, ce / contig,
-                  naive, sm / naive, cpu_sm, cpu_ce);
+                  fs, fs / contig, naive, sm / naive, cpu_sm, cpu_ce);
     }
   }
 
@@ -204,13 +207,14 @@ int main() {
         CK(cudaMemcpyAsync(dcont, host, 64ull * 4718592, cudaMemcpyHostToDevice, s));
       }) / 1e3);
     }();
-    std::printf("%-6s %12s %12s %14s %10s\n", "pages", "SM us", "CE us", "bound us", "SM/bound");
+    std::printf("%-6s %12s %12s %12s %14s %10s\n", "pages", "SM us", "CE us", "few-SM us", "bound us", "SM/bound");
     for (size_t n : {1, 8, 32}) {
       Setup st(KvLayout{ValueLayout::kPageFirst, 36, 64, 512}, n, host, host_bytes);
       const double sm = 1e3 * time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, CopyPath::kSmKernel)); }, 21);
       const double ce = 1e3 * time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, CopyPath::kCopyEngine)); }, 21);
+      const double fs = 1e3 * time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, CopyPath::kFewSm)); }, 21);
       const double bound = 1.15 * (double(st.bytes()) / 1e9) / link * 1e6 + 15;
-      std::printf("%-6zu %12.1f %12.1f %14.1f %10.2f\n", n, sm, ce, bound, sm / bound);
+      std::printf("%-6zu %12.1f %12.1f %12.1f %14.1f %10.2f\n", n, sm, ce, fs, bound, sm / bound);
     }
     std::printf("(link bandwidth for the bound: contiguous H2D %.1f GB/s)\n", link);
   }
@@ -225,7 +229,7 @@ int main() {
     int khz = 0;
     CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     const long long cycles = (long long)khz * 40;  // ~40 ms at that clock
-    for (auto p : {CopyPath::kSmKernel, CopyPath::kCopyEngine}) {
+    for (auto p : {CopyPath::kSmKernel, CopyPath::kCopyEngine, CopyPath::kFewSm}) {
       const double alone = time_ms(s, [&] { OK(g.copy(Direction::kRestore, st.copy(), s, p)); });
       std::vector<double> t;
       for (int r = 0; r < 3; ++r) {
@@ -243,18 +247,20 @@ int main() {
         CK(cudaStreamSynchronize(busy));
       }
       std::printf("  %-12s alone %7.2f ms, beside the busy kernel %7.2f ms: %.2fx\n",
-                  p == CopyPath::kSmKernel ? "SM kernel" : "copy engine", alone, median(t), median(t) / alone);
+                  p == CopyPath::kSmKernel ? "SM kernel" : p == CopyPath::kCopyEngine ? "copy engine" : "few-SM",
+                  alone, median(t), median(t) / alone);
     }
   }
 
   // Beside the model's own work: a saturating bf16 GEMM (cuBLAS, 8192^3) on another stream. Each
-  // copy path restores 256 MiB of scattered pages over and over while a loop of GEMMs runs; reported:
+  // copy path restores (then backs up) 256 MiB of scattered pages over and over while a loop of GEMMs
+  // runs; reported:
   // the copies' bandwidth beside the GEMMs against alone, and the GEMMs' slowdown (issue goals: >= 64 KiB
   // pages at >= 0.8x idle bandwidth with <= 10% GEMM slowdown; 16 KiB at >= 0.5x the idle SM kernel).
 #ifndef FLUXON_HAVE_CUBLAS
-  std::printf("\nrestores beside a bf16 GEMM: not measured (built without cuBLAS)\n");
+  std::printf("\nrestores and backups beside a bf16 GEMM: not measured (built without cuBLAS)\n");
 #else
-  std::printf("\nrestores beside a saturating bf16 GEMM (cuBLAS 8192x8192x8192, its own stream)\n");
+  std::printf("\nrestores and backups beside a saturating bf16 GEMM (cuBLAS 8192x8192x8192, its own stream)\n");
   {
     cublasHandle_t h;
     CB(cublasCreate(&h));
@@ -279,58 +285,71 @@ int main() {
     const double gemm_alone = time_ms(gs, [&] { for (int i = 0; i < loop; ++i) gemm(); }, 3);
     std::printf("GEMM alone: %.3f ms each (%.0f TFLOP/s)\n", gemm_alone / loop,
                 2.0 * M * M * double(M) / (gemm_alone / loop * 1e-3) / 1e12);
-    std::printf("page      path              alone GB/s  beside GB/s      x   GEMM slowdown\n");
+    std::printf("page      dir      path                alone GB/s  beside GB/s      x   GEMM slowdown\n");
     struct Variant {
       const char* name;
       CopyPath path;
       cudaStream_t stream;
+      uint32_t ctas;  // kFewSm only
     };
     for (size_t page : {size_t(16) << 10, size_t(64) << 10}) {
       const size_t n = (256ull << 20) / page;
       Setup st(KvLayout{ValueLayout::kMla, 1, 16, page / 16}, n, host, host_bytes);
       const double gb = double(st.bytes()) / 1e9;
-      for (const Variant& v : {Variant{"SM kernel", CopyPath::kSmKernel, s},
-                               Variant{"SM, high prio", CopyPath::kSmKernel, hi},
-                               Variant{"copy engine", CopyPath::kCopyEngine, s}}) {
-        const double alone = time_ms(v.stream, [&] { OK(g.copy(Direction::kRestore, st.copy(), v.stream, v.path)); });
-        // Enough copies to outlast the GEMM loop; only those that end before it does are counted.
-        const int copies = int(std::min(200.0, 2.0 * gemm_alone / alone + 4));
-        std::vector<cudaEvent_t> ev(size_t(copies) + 1);
-        for (auto& e : ev) CK(cudaEventCreate(&e));
-        cudaEvent_t g0, g1;
-        CK(cudaEventCreate(&g0));
-        CK(cudaEventCreate(&g1));
-        CK(cudaEventRecord(g0, gs));
-        for (int i = 0; i < loop; ++i) gemm();
-        CK(cudaEventRecord(g1, gs));
-        CK(cudaStreamWaitEvent(v.stream, g0, 0));
-        CK(cudaEventRecord(ev[0], v.stream));
-        for (int i = 0; i < copies; ++i) {
-          OK(g.copy(Direction::kRestore, st.copy(), v.stream, v.path));
-          CK(cudaEventRecord(ev[size_t(i) + 1], v.stream));
+      for (auto dir : {Direction::kRestore, Direction::kBackup}) {
+        for (const Variant& v : {Variant{"SM kernel", CopyPath::kSmKernel, s, 0},
+                                 Variant{"SM, high prio", CopyPath::kSmKernel, hi, 0},
+                                 Variant{"copy engine", CopyPath::kCopyEngine, s, 0},
+                                 Variant{"few-SM 2 CTAs", CopyPath::kFewSm, s, 2},
+                                 Variant{"few-SM 4 CTAs", CopyPath::kFewSm, s, 4},
+                                 Variant{"few-SM 4, hi prio", CopyPath::kFewSm, hi, 4},
+                                 Variant{"few-SM 8 CTAs", CopyPath::kFewSm, s, 8}}) {
+          if (v.path == CopyPath::kFewSm) g.set_few_sm_ctas(v.ctas);
+          const double alone = time_ms(v.stream, [&] { OK(g.copy(dir, st.copy(), v.stream, v.path)); });
+          // Enough copies to outlast the GEMM loop; only those that end before it does are counted.
+          const int copies = int(std::min(200.0, 2.0 * gemm_alone / alone + 4));
+          std::vector<cudaEvent_t> ev(size_t(copies) + 1);
+          for (auto& e : ev) CK(cudaEventCreate(&e));
+          cudaEvent_t g0, g1;
+          CK(cudaEventCreate(&g0));
+          CK(cudaEventCreate(&g1));
+          CK(cudaEventRecord(g0, gs));
+          for (int i = 0; i < loop; ++i) gemm();
+          CK(cudaEventRecord(g1, gs));
+          CK(cudaStreamWaitEvent(v.stream, g0, 0));
+          CK(cudaEventRecord(ev[0], v.stream));
+          for (int i = 0; i < copies; ++i) {
+            OK(g.copy(dir, st.copy(), v.stream, v.path));
+            CK(cudaEventRecord(ev[size_t(i) + 1], v.stream));
+          }
+          CK(cudaEventSynchronize(g1));
+          CK(cudaStreamSynchronize(v.stream));
+          float gemm_beside = 0;
+          CK(cudaEventElapsedTime(&gemm_beside, g0, g1));
+          int done = 0;
+          float span = 0;
+          for (int i = 1; i <= copies; ++i) {
+            float end = 0;
+            CK(cudaEventElapsedTime(&end, g0, ev[size_t(i)]));
+            if (end > gemm_beside) break;
+            done = i;
+            CK(cudaEventElapsedTime(&span, ev[0], ev[size_t(i)]));
+          }
+          const double beside = done > 0 ? gb * done / (span * 1e-3) : 0.0;
+          char note[96] = "";
+          if (done == 0)  // one copy outlasted the GEMM loop: its bandwidth there was below this
+            std::snprintf(note, sizeof note, "  (no copy ended while the GEMMs ran: < %.1f GB/s)",
+                          gb / (gemm_beside * 1e-3));
+          std::printf("%-9zu %-8s %-18s %11.1f %12.1f %6.2f %10.1f%%%s\n", page,
+                      dir == Direction::kRestore ? "restore" : "backup", v.name, gb / (alone * 1e-3), beside,
+                      beside / (gb / (alone * 1e-3)), 100.0 * (gemm_beside / gemm_alone - 1.0), note);
+          for (auto& e : ev) cudaEventDestroy(e);
+          cudaEventDestroy(g0);
+          cudaEventDestroy(g1);
         }
-        CK(cudaEventSynchronize(g1));
-        CK(cudaStreamSynchronize(v.stream));
-        float gemm_beside = 0;
-        CK(cudaEventElapsedTime(&gemm_beside, g0, g1));
-        int done = 0;
-        float span = 0;
-        for (int i = 1; i <= copies; ++i) {
-          float end = 0;
-          CK(cudaEventElapsedTime(&end, g0, ev[size_t(i)]));
-          if (end > gemm_beside) break;
-          done = i;
-          CK(cudaEventElapsedTime(&span, ev[0], ev[size_t(i)]));
-        }
-        const double beside = done > 0 ? gb * done / (span * 1e-3) : 0.0;
-        std::printf("%-9zu %-16s %11.1f %12.1f %6.2f %10.1f%%%s\n", page, v.name, gb / (alone * 1e-3), beside,
-                    beside / (gb / (alone * 1e-3)), 100.0 * (gemm_beside / gemm_alone - 1.0),
-                    done == 0 ? "  (no copy ended while the GEMMs ran)" : "");
-        for (auto& e : ev) cudaEventDestroy(e);
-        cudaEventDestroy(g0);
-        cudaEventDestroy(g1);
       }
     }
+    g.set_few_sm_ctas(kFewSmCtas);
     CB(cublasDestroy(h));
     for (void* p : {A, B, C}) cudaFree(p);
   }

@@ -956,7 +956,7 @@ def main(argv=None):
     ap.add_argument("--shape", choices=["full", "tiny"], default=None,
                     help="model size (default: full on cuda -- Llama-3-8B / DeepSeek-V2-Lite shapes --, tiny on cpu)")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
-    ap.add_argument("--copy-path", choices=["sm", "copy_engine"], default="sm", help="GPU copy path")
+    ap.add_argument("--copy-path", choices=["sm", "copy_engine", "few_sm"], default="sm", help="GPU copy path")
     ap.add_argument("--no-transformers", action="store_true", help="use the in-script GQA model even if "
                     "transformers is installed")
     ap.add_argument("--seed", type=int, default=13)

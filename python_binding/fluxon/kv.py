@@ -6,7 +6,10 @@ Layouts (the byte contract with the SGLang side; see the README): ``page_first``
 
 ``copy_pages_cpu`` is the reference (and the path of a machine without a GPU): ``k_ptrs`` /
 ``v_ptrs`` are host base addresses of per-layer buffers ``[token_slot][item]``. ``GpuCopier`` runs
-the CUDA kernels (``path="sm"``) or the copy engines (``path="copy_engine"``) on a stream, with
+the CUDA kernel on every SM (``path="sm"``), the copy engines (``path="copy_engine"``) or a kernel
+on a few SMs (4 CTAs) moving chunks with Hopper's bulk copies (TMA) through shared memory
+(``path="few_sm"``: leaves the other SMs to compute, without the copy engines' per-chunk cost; chunks
+whose size or addresses are not multiples of 16 bytes go through a plain loop) on a stream, with
 device base addresses; the values must be registered (``KvClient.register_segments_with_cuda``).
 The default ``path="auto"`` picks per call (``choose_path``) and each call returns the path it used.
 """
@@ -18,17 +21,19 @@ from . import _fluxon
 HAVE_CUDA = bool(_fluxon.HAVE_CUDA)
 
 
-# path="auto": the copy engines for chunks of at least this many bytes, the SM kernel below. Measured
-# on the H200 beside a saturating bf16 GEMM (README, "GPU data plane"): at 64 KiB the copy engines
-# restore at 50 GB/s and leave the GEMM alone, the SM kernel keeps 42 GB/s but slows it 3x; below,
-# the copy engines' per-descriptor cost (4.7 GB/s at 16 KiB) makes the SM kernel the only usable path.
+# path="auto": the copy engines for chunks of at least this many bytes, the few-SM bulk-copy kernel
+# below. Measured on the H200 beside a saturating bf16 GEMM (README, "GPU data plane"): at 64 KiB the
+# copy engines restore at 49 GB/s and back up at 45 GB/s with the GEMM unslowed; below, their per-chunk
+# cost (under 5 GB/s at 16 KiB) rules them out, and the few-SM kernel (4 CTAs) restores 16 KiB pages at
+# 42 GB/s and backs them up at 47 GB/s beside the GEMM (it slows by -3% / +10%), where the all-SM
+# kernel keeps 42 GB/s but slows the GEMM 3x. Idle, the few-SM kernel matches the SM kernel (50 GB/s).
 COPY_ENGINE_MIN_CHUNK = 64 << 10
 
 
 def choose_path(page_size: int, item_bytes: int) -> str:
     """The path ``path="auto"`` takes for a layout's (page, layer, K|V) chunk of ``page_size *
-    item_bytes`` contiguous bytes: ``"copy_engine"`` from COPY_ENGINE_MIN_CHUNK, else ``"sm"``."""
-    return "copy_engine" if page_size * item_bytes >= COPY_ENGINE_MIN_CHUNK else "sm"
+    item_bytes`` contiguous bytes: ``"copy_engine"`` from COPY_ENGINE_MIN_CHUNK, else ``"few_sm"``."""
+    return "copy_engine" if page_size * item_bytes >= COPY_ENGINE_MIN_CHUNK else "few_sm"
 
 
 def value_bytes(layout: str, layer_num: int, page_size: int, item_bytes: int) -> int:

@@ -221,14 +221,17 @@ PYBIND11_MODULE(_fluxon, m) {
              int layer, uint64_t stream, const std::string& path) {
             if (direction != "backup" && direction != "restore")
               raise_status(invalid_argument("direction: expected backup or restore"));
-            if (path != "sm" && path != "copy_engine") raise_status(invalid_argument("path: expected sm or copy_engine"));
+            if (path != "sm" && path != "copy_engine" && path != "few_sm")
+              raise_status(invalid_argument("path: expected sm, copy_engine or few_sm"));
             KvArgs a = kv_args(plan, layout, layers, page_size, item_bytes, k_ptrs, v_ptrs, page_indices, layer);
             std::string why;
             if (!kv::cuda_device_available(&why)) raise_status(Status(Code::kInternal, "CUDA is not usable here: " + why));
             check(released([&] {
               return g.copy(direction == "backup" ? kv::Direction::kBackup : kv::Direction::kRestore, a.copy,
                             reinterpret_cast<void*>(stream),
-                            path == "sm" ? kv::CopyPath::kSmKernel : kv::CopyPath::kCopyEngine);
+                            path == "sm"            ? kv::CopyPath::kSmKernel
+                            : path == "copy_engine" ? kv::CopyPath::kCopyEngine
+                                                    : kv::CopyPath::kFewSm);
             }));
           },
           py::arg("direction"), py::arg("plan_ptr"), py::arg("layout"), py::arg("layer_num"), py::arg("page_size"),

@@ -1,4 +1,4 @@
-// GPU tests of the KV copy kernels (both paths) against the CPU reference, bit for bit, and the
+// GPU tests of the KV copy kernels (every path) against the CPU reference, bit for bit, and the
 // hostless round trip through a real KvClient. Run where a GPU is: tools/gpu-check.sh.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <cuda_runtime.h>
@@ -39,7 +39,9 @@ struct Bench {
   std::vector<uint64_t> blob;
   std::vector<int64_t> pages;
 
-  Bench(KvLayout l, size_t gpu_pages_, size_t n, uint64_t seed) : L(l), gpu_pages(gpu_pages_) {
+  // misalign: the values of odd plan index start that many bytes past their 4 KiB slot (copies of
+  // chunks whose addresses are not 16-byte aligned, beside aligned ones in the same call).
+  Bench(KvLayout l, size_t gpu_pages_, size_t n, uint64_t seed, size_t misalign = 0) : L(l), gpu_pages(gpu_pages_) {
     std::mt19937_64 rng(seed);
     for (uint32_t layer = 0; layer < L.layer_num; ++layer)
       for (uint32_t kv = 0; kv < L.kv_count(); ++kv) {
@@ -63,7 +65,7 @@ struct Bench {
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), rng);
     pages.assign(all.begin(), all.begin() + n);
-    const size_t vb = (L.value_bytes() + 4095) / 4096 * 4096;
+    const size_t vb = (L.value_bytes() + misalign + 4095) / 4096 * 4096;
     values = static_cast<uint8_t*>(std::aligned_alloc(4096, vb * n));
     std::memset(values, 0, vb * n);
     REQUIRE(cuda_register_host(values, vb * n).is_ok());
@@ -71,12 +73,13 @@ struct Bench {
     std::vector<size_t> order(n);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);  // values scattered, not in page order
-    for (size_t i = 0; i < n; ++i) blob.push_back(reinterpret_cast<uint64_t>(values + order[i] * vb));
+    for (size_t i = 0; i < n; ++i)
+      blob.push_back(reinterpret_cast<uint64_t>(values + order[i] * vb + (i % 2 ? misalign : 0)));
   }
   ~Bench() {
     for (auto* d : dk) cudaFree(d);
     for (auto* d : dv) cudaFree(d);
-    cuda_unregister_host(values);
+    (void)cuda_unregister_host(values);
     std::free(values);
   }
   PageCopy copy(bool device, int layer = -1) {
@@ -109,14 +112,18 @@ struct Bench {
   }
 };
 
-void check_layout(KvLayout L, size_t n, CopyPath path, uint64_t seed) {
+void check_layout(KvLayout L, size_t n, CopyPath path, uint64_t seed, size_t misalign = 0,
+                  uint32_t few_sm_ctas = kFewSmCtas) {
   CAPTURE(int(L.layout));
   CAPTURE(L.page_size);
   CAPTURE(L.item_bytes);
   CAPTURE(n);
   CAPTURE(int(path));
-  Bench b(L, std::max<size_t>(n * 2, 8), n, seed);
+  CAPTURE(misalign);
+  CAPTURE(few_sm_ctas);
+  Bench b(L, std::max<size_t>(n * 2, 8), n, seed, misalign);
   GpuCopier g;
+  g.set_few_sm_ctas(few_sm_ctas);
   cudaStream_t s;
   CUDA_OK(cudaStreamCreate(&s));
   // Backup: GPU -> values, against the CPU reference from the host mirror.
@@ -154,7 +161,7 @@ TEST_CASE("GPU copies match the CPU reference bit for bit: MHA layouts, fp16/bf1
   std::string why;
   REQUIRE_MESSAGE(cuda_device_available(&why), why);
   uint64_t seed = 1;
-  for (auto path : {CopyPath::kSmKernel, CopyPath::kCopyEngine})
+  for (auto path : {CopyPath::kSmKernel, CopyPath::kCopyEngine, CopyPath::kFewSm})
     for (auto layout : {ValueLayout::kPageFirst, ValueLayout::kLayerFirst})
       for (uint64_t item : {uint64_t(8 * 128 * 2), uint64_t(4 * 64 * 2), uint64_t(1 * 40 * 2)})  // last: 80 B, unaligned
         for (uint32_t page : {16u, 64u})
@@ -166,9 +173,32 @@ TEST_CASE("GPU copies match the CPU reference bit for bit: MHA layouts, fp16/bf1
 
 TEST_CASE("GPU copies match the CPU reference: MLA and many layers") {
   uint64_t seed = 1000;
-  for (auto path : {CopyPath::kSmKernel, CopyPath::kCopyEngine}) {
+  for (auto path : {CopyPath::kSmKernel, CopyPath::kCopyEngine, CopyPath::kFewSm}) {
     for (size_t n : {size_t(1), size_t(100), size_t(512)}) check_layout(KvLayout{ValueLayout::kMla, 3, 64, 576 * 2}, n, path, seed++);
     check_layout(KvLayout{ValueLayout::kPageFirst, 36, 64, 8 * 128 * 2}, 16, path, seed++);
+  }
+}
+
+// Chunks that bulk copies (TMA) can't take — a size or an address not a multiple of 16 bytes — go
+// through the few-SM kernel's plain loop, in the same call as aligned ones; chunks over the kernel's
+// 16 KiB stage go in pieces, the last one short.
+TEST_CASE("GPU copies match the CPU reference: odd sizes, unaligned values, pieces, few-SM CTA counts") {
+  std::string why;
+  REQUIRE_MESSAGE(cuda_device_available(&why), why);
+  uint64_t seed = 2000;
+  for (auto path : {CopyPath::kSmKernel, CopyPath::kCopyEngine, CopyPath::kFewSm}) {
+    for (size_t n : {size_t(1), size_t(37)}) {
+      check_layout(KvLayout{ValueLayout::kPageFirst, 4, 3, 42}, n, path, seed++);       // 126 B chunks
+      check_layout(KvLayout{ValueLayout::kLayerFirst, 2, 5, 4 * 64 * 2 + 4}, n, path, seed++);  // 2580 B
+      check_layout(KvLayout{ValueLayout::kMla, 3, 17, 1001}, n, path, seed++);          // 17017 B: 2 pieces
+      check_layout(KvLayout{ValueLayout::kMla, 2, 64, 576 * 2}, n, path, seed++);      // 72 KiB: 4.5 pieces
+      for (size_t mis : {size_t(1), size_t(2), size_t(4), size_t(8)})                  // aligned sizes, values off
+        check_layout(KvLayout{ValueLayout::kPageFirst, 2, 16, 8 * 128 * 2}, n, path, seed++, mis);
+    }
+  }
+  for (uint32_t ctas : {1u, 3u, 64u}) {
+    check_layout(KvLayout{ValueLayout::kPageFirst, 4, 16, 8 * 128 * 2}, 37, CopyPath::kFewSm, seed++, 0, ctas);
+    check_layout(KvLayout{ValueLayout::kMla, 3, 17, 1001}, 37, CopyPath::kFewSm, seed++, 8, ctas);
   }
 }
 

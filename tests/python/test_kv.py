@@ -71,12 +71,12 @@ def test_gpu_copier_without_a_gpu_fails_cleanly():
 
 def test_auto_path_takes_the_copy_engines_from_64_kib_chunks():
     """path="auto" (the GpuCopier default): the measured rule — the copy engines for (page, layer,
-    K|V) chunks of 64 KiB and more (they run beside the model's GEMMs without slowing them), the SM
-    kernel below (the copy engines' per-descriptor cost)."""
+    K|V) chunks of 64 KiB and more (they run beside the model's GEMMs without slowing them), the few-SM
+    bulk-copy kernel below (the copy engines' per-chunk cost; the all-SM kernel slows the GEMM 3x)."""
     assert kv.choose_path(64, 1024) == "copy_engine"    # 64 tokens x 1 KiB: 64 KiB
-    assert kv.choose_path(64, 1024 - 2) == "sm"
+    assert kv.choose_path(64, 1024 - 2) == "few_sm"
     assert kv.choose_path(16, 4096) == "copy_engine"
-    assert kv.choose_path(64, 512) == "sm"              # 32 KiB
+    assert kv.choose_path(64, 512) == "few_sm"          # 32 KiB
     import inspect
     for m in (kv.GpuCopier.write_pages_to_values, kv.GpuCopier.restore_pages_from_values):
         assert inspect.signature(m).parameters["path"].default == "auto"
