@@ -4,6 +4,11 @@ for the interpreter running the build; the wheel is assembled here (zip + METADA
 Needs what tools/install-deps.sh installs (cmake, ninja, a C++20 compiler, the Debian -dev
 packages) and the running interpreter's headers. The build tree is `build/pip-<tag>` (or
 $FLUXON_PIP_BUILD_DIR); ccache, when present, shares objects with `build/`.
+
+Environment: FLUXON_JOBS, ninja's -j (default 2); FLUXON_CMAKE_ARGS, extra arguments appended to
+the CMake configure command, split as a shell would (shlex), e.g. where the dependencies are not the
+system's: FLUXON_CMAKE_ARGS="-Dpybind11_DIR=... -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc"
+(tools/gpu-workload.sh does this on the GPU machine, with a sysroot in CMAKE_PREFIX_PATH).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -64,6 +70,7 @@ def _build() -> Path:
     env.setdefault("CCACHE_BASEDIR", str(ROOT))  # objects shared with build/ (paths made relative)
     cfg = ["cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
            f"-DPython_EXECUTABLE={sys.executable}", "-DFLUXON_TESTS=OFF"]
+    cfg += shlex.split(os.environ.get("FLUXON_CMAKE_ARGS", ""))
     subprocess.run(cfg, check=True, env=env, stdout=sys.stderr)
     subprocess.run(["ninja", "-C", str(build), f"-j{os.environ.get('FLUXON_JOBS', '2')}", "fluxon_python", "fluxon"],
                    check=True, env=env, stdout=sys.stderr)
