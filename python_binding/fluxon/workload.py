@@ -501,7 +501,7 @@ def main(argv=None):
                     help="run both on the same seeded trace at each --capacity point and print them side by side")
     ap.add_argument("--capacity", default="25,50,75,100",
                     help="--compare: total L2 + L3 capacity points, %% of the trace's working set")
-    ap.add_argument("--hot-share", type=float, default=0.9,
+    ap.add_argument("--hot-share", type=float, default=0.6,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"

@@ -535,3 +535,42 @@ def test_idle_grants_are_given_back_and_their_memory_released(tmp_path):
         a.close()
     finally:
         c.stop()
+
+
+@pytest.mark.parametrize("order", ["prefix_depth", "tier"])
+def test_prefix_depth_eviction_keeps_every_sessions_prefix_in_a_real_owner(tmp_path, order):
+    """eviction_order: prefix_depth in a real owner: four sessions written one after the other with
+    their content depths overflow it; capacity eviction takes the deepest pages, so every earlier
+    session keeps an equal prefix a restore can use (exists_prefix), nothing orphaned, and never a page
+    a put on its way continues (the session being written keeps its chain). The tier order (the
+    default, the control) eats the oldest session first, tail first."""
+    cluster = Cluster(tmp_path, f"depth{free_port()}", dram="16MiB", metrics=True,
+                      owner_extra=f"eviction_free_watermark: 0\neviction_order: {order}").start()
+    try:
+        c = fluxon.KvClient(cluster.client_config())
+        size = 64 << 10                          # 16 MiB of 64 KiB slots: 256
+        per = 96                                 # 4 x 96 pages: 128 more than there is room for
+        sessions = [[f"s{s}-{d}" for d in range(per)] for s in range(4)]
+        for keys in sessions:
+            for at in range(0, per, 16):        # a turn: 16 pages continuing the history
+                batch = keys[at:at + 16]
+                opts = fluxon.PutOptionalArgs(radix_parent_keys=[keys[at - 1] if at else ""] + batch[:-1],
+                                              content_depths=list(range(at, at + 16)))
+                c.local_fast_put_commit(c.local_fast_put_start(batch, size, opts)).result(20)
+        end = time.time() + 15
+        while time.time() < end and (c.stats()["reclaims"] or c.stats()["pending_eviction_reclaim_bytes"]):
+            time.sleep(0.05)
+        assert sample(scrape(cluster.owner_metrics[0]), "fluxon_owner_evicted_keys_total") >= 4 * per - 256
+        kept = [c.exists_prefix(keys).prefix_len for keys in sessions]
+        # Nothing orphaned: what stays of a session is exactly its prefix.
+        for keys, k in zip(sessions, kept):
+            assert not any(c.exists_prefix([key]).prefix_len for key in keys[k:])
+        assert kept[3] == per, kept  # the last session's pages were continued while it wrote them
+        if order == "prefix_depth":
+            # The deepest went, whoever wrote them: the earlier sessions keep equal prefixes.
+            assert min(kept[:3]) >= 40 and max(kept[:3]) - min(kept[:3]) <= 2, kept
+        else:
+            assert kept[0] < 40 and kept[0] < kept[2] - 16, kept  # the control: the oldest lost most
+        c.close()
+    finally:
+        cluster.stop()

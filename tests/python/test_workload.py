@@ -89,9 +89,10 @@ def test_workload_with_a_remote_cache_owner_makes_replicas():
 
 def test_workload_compare_split_and_unified_on_one_trace():
     """--compare: the same seeded trace through split (each rank's host LRU + a store that keeps its own
-    copies) and unified (Fluxon owners + a CPU owner, write-back and single-copy demotion) at one
-    capacity; the same L1 in both (identical hits there), every restore verified, S4 reconciled; split
-    keeps duplicate copies (physical > single-copy bytes), unified drops the source copies it wrote back."""
+    copies) and unified (Fluxon owners in the prefix-depth order + a CPU owner, inclusive write-back:
+    the written-back copies are evicted first) at one capacity; the same L1 in both (identical hits
+    there), every restore verified, S4 reconciled; split keeps duplicate copies (physical > single-copy
+    bytes), unified fewer."""
     out = run("--sessions", "12", "--turns", "4", "--gpu-pages", "128", "--compare", "split,unified",
               "--capacity", "50", "--grant", "256KiB", "--prefill-tok-s", "0", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -105,9 +106,21 @@ def test_workload_compare_split_and_unified_on_one_trace():
         assert r["l2"] > 0 and r["l3"] > 0
     assert sp["host_pool_evictions"] > 0  # the host pool was under pressure
     assert sp["demoted_keys"] == 0 and sp["writeback_tasks"] == 0
-    assert un["writeback_tasks"] > 0 and un["demoted_keys"] > 0
+    assert un["writeback_tasks"] > 0 and un["demoted_keys"] == 0  # --writeback-demote off (the default here)
     assert sp["physical_bytes"] > sp["logical_bytes"]  # split: the store's copies of what L2 holds
     assert un["physical_bytes"] / un["logical_bytes"] < sp["physical_bytes"] / sp["logical_bytes"]
+
+
+def test_workload_compare_with_demotion_drops_the_source_copies():
+    """--writeback-demote on --eviction-order tier (the owners' defaults): what unified writes back
+    leaves the instance owner once the CPU owner holds it (single-copy demotion)."""
+    out = run("--sessions", "12", "--turns", "4", "--gpu-pages", "128", "--compare", "unified",
+              "--capacity", "50", "--grant", "256KiB", "--prefill-tok-s", "0", "--writeback-demote", "on",
+              "--eviction-order", "tier", "--hot-share", "0.9", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    (un,) = json.loads(out.stdout)["rows"]
+    assert un["errors"] == 0 and un["reconciled"]
+    assert un["writeback_tasks"] > 0 and un["demoted_keys"] > 0
 
 
 def test_workload_compare_refuses_what_it_sets_itself():

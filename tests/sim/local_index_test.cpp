@@ -1,6 +1,8 @@
 // LocalIndex on its own: an entry, its cohort and its tier places never disagree (A1's bookkeeping).
 #include <doctest/doctest.h>
 
+#include <unordered_set>
+
 #include "fluxon/core/local_index.hpp"
 
 using namespace fluxon;
@@ -238,6 +240,38 @@ TEST_CASE("eviction: prefix_depth - a page untouched while the owner admitted th
   // Then the deepest first, whatever their age (an LRU would take k1, the oldest).
   CHECK(ev.select(ix, pool, 4096, 2 * 4096, 0, none) == V{{4, 0}, {3, 0}});
   CHECK(ev.select(ix, pool, 4096, 4096, 0, none) == V{{2, 0}});
+}
+
+TEST_CASE("eviction: a page a put on its way continues is no leaf - the deepest page goes only once nothing continues it") {
+  ReservePool pool(1 << 20, 1 << 20, {});
+  for (const bool depth : {false, true}) {
+    CAPTURE(depth);
+    LocalIndex ix(1 << 20, 0, false, depth ? std::optional<uint64_t>(uint64_t(1) << 30) : std::nullopt);
+    Eviction ev({true, 1 << 20, 0});
+    // One chain a0 <- a1 <- a2 (a2 the deepest leaf), and b0 alone, the most recent.
+    const std::vector<std::pair<std::string, std::string>> pages{{"a0", ""}, {"a1", "a0"}, {"a2", "a1"}, {"b0", ""}};
+    for (size_t i = 0; i < pages.size(); ++i) {
+      auto c = pool.try_claim(4096, 1);
+      REQUIRE((c.ok() && c.value()));
+      SlotRef sl = (*c.value())[0];
+      pool.commit_local(sl);
+      pool.route_live(sl);
+      LocalIndex::Entry e;
+      e.put_id = 10 * (depth ? 2 : 1) + i;
+      e.slot = sl;
+      e.len = 4096;
+      e.live = true;
+      ix.insert(pages[i].first, e, &pages[i].second, pages[i].first == "b0" ? 0 : uint32_t(pages[i].first[1] - '0'));
+      ix.enter_resident(pages[i].first, {e.put_id, 0}, 4096);
+    }
+    auto never = [](LocalIndex::CohortId) { return false; };
+    const std::unordered_set<std::string> continued{"a2"};  // a claim waits to write a3 after a2
+    const Eviction::Marks marks{never, never, &continued};
+    using V = std::vector<LocalIndex::CohortId>;
+    const uint64_t base = 10 * (depth ? 2 : 1);
+    // Without the claim a2 (the deepest leaf, and the oldest leaf) would go; with it, b0.
+    CHECK(ev.select(ix, pool, 4096, 4096, 0, marks) == V{{base + 3, 0}});
+  }
 }
 
 #include "fluxon/core/retry_table.hpp"

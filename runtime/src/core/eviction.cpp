@@ -49,10 +49,20 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
         }
     return got;
   };
+  // A leaf: no page continues any member of its exact cohort - none here, none on its way.
+  auto is_leaf = [&](const LocalIndex::ResidentRef& r) {
+    if (!index.cohort_is_leaf({r.put_id, r.group}, going)) return false;
+    if (!marks.continued || marks.continued->empty()) return true;
+    for (const auto& id : index.exact_cohort({r.put_id, r.group}))
+      if (const auto* keys = index.cohort(id))
+        for (const auto& key : *keys)
+          if (marks.continued->count(key)) return false;
+    return true;
+  };
   auto leaves = [&](uint64_t need, uint64_t size_class) {
     uint64_t got = 0;
     auto leaf = [&](const std::string& k, const LocalIndex::ResidentRef& r) {
-      return unheld(k, r, size_class) && index.cohort_is_leaf({r.put_id, r.group}, going);
+      return unheld(k, r, size_class) && is_leaf(r);
     };
     while (got < need) {
       const size_t at = chosen.size();
@@ -73,7 +83,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
         auto it = index.find(k);
         if (it == index.end() || !index.resident().contains(k)) return false;
         const LocalIndex::ResidentRef r{it->second.put_id, it->second.group};
-        if (!unheld(k, r, size_class) || !index.cohort_is_leaf({r.put_id, r.group}, going)) return false;
+        if (!unheld(k, r, size_class) || !is_leaf(r)) return false;
         pick = k;
         ref = r;
         return true;

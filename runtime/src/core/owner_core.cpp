@@ -398,8 +398,9 @@ void OwnerCore::pressure(Millis now, Outbox& out) {
   }
   next_pressure_ = now + s_.cfg.eviction_interval_ms;
   bool selected = false;
+  const std::unordered_set<std::string> continued = put_.continued();
   const Eviction::Marks marks{[this](LocalIndex::CohortId c) { return reclaim_.owns_cohort(c); },
-                              [this](LocalIndex::CohortId c) { return writeback_.writing_back(c); }};
+                              [this](LocalIndex::CohortId c) { return writeback_.writing_back(c); }, &continued};
   for (const auto& [size, bytes] : wanted) {
     const auto victims = eviction_.select(s_.local, s_.pool, size, bytes, reclaim_.debt_bytes(), marks);
     for (const auto& cohort : victims) evict_cohort(cohort, now, out);

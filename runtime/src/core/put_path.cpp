@@ -418,4 +418,15 @@ void PutPath::close_session(const Sessions::Session& s, uint64_t session) {
   std::erase_if(waiters_, [session](const Waiter& w) { return w.session == session; });
 }
 
+std::unordered_set<std::string> PutPath::continued() const {
+  std::unordered_set<std::string> out;
+  for (const auto& w : waiters_)
+    for (const auto& p : w.req->body.AsPutStartReq()->radix_parent_keys)
+      if (!p.empty()) out.insert(p);
+  for (const auto& [id, plan] : plans_)
+    for (const auto& p : plan.parents)
+      if (!p.empty()) out.insert(p);
+  return out;
+}
+
 }  // namespace fluxon

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,8 @@ class Eviction {
   struct Marks {
     std::function<bool(LocalIndex::CohortId)> taken;
     std::function<bool(LocalIndex::CohortId)> pinned;
+    // Pages a put on its way continues (PutPath::continued): never a leaf (null: none).
+    const std::unordered_set<std::string>* continued = nullptr;
   };
   // Cold, live, unheld entries worth `bytes` less `debt` (slots of `slot_size` first, then any
   // class), at most max_bytes_per_round, never of a taken cohort; the cohorts they belong to, in

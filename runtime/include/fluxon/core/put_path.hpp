@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "fluxon/core/owner_shared.hpp"
@@ -80,6 +81,10 @@ class PutPath {
   bool owns(uint64_t token) const { return publish_.id_of(token).has_value(); }
 
   size_t plans() const { return plans_.size(); }
+  // The pages that waiting claims and open plans name as parents (radix_parent_keys): their
+  // children are on their way, so capacity eviction must not take them as leaves (it would orphan
+  // the pages being written).
+  std::unordered_set<std::string> continued() const;
   size_t publish_jobs() const { return publish_.size(); }
 
  private:
