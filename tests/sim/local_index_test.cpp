@@ -67,25 +67,29 @@ TEST_CASE("LocalIndex: an erased entry leaves the hot tier too") {
 #include "fluxon/core/eviction.hpp"
 
 namespace {
+// A live entry `key` of its own put (group 0) in a new 4 KiB slot, continuing `parent` ("": none) at
+// `depth`, entered into the resident tier (the most recent); its slot.
+SlotRef live_entry(ReservePool& pool, LocalIndex& ix, const std::string& key, uint64_t put_id,
+                   const std::string& parent = "", uint32_t depth = LocalIndex::kNoDepth) {
+  auto c = pool.try_claim(4096, 1);
+  REQUIRE((c.ok() && c.value()));
+  SlotRef s = (*c.value())[0];
+  pool.commit_local(s);
+  pool.route_live(s);
+  LocalIndex::Entry e;
+  e.put_id = put_id;
+  e.slot = s;
+  e.len = 4096;
+  e.live = true;
+  ix.insert(key, e, &parent, depth);
+  ix.enter_resident(key, {put_id, 0}, 4096);
+  return s;
+}
 // n live entries k0..k(n-1), each its own put (put_id i + 1) in a 4 KiB slot, in the resident tier
 // in that order (k0 the coldest); their slots.
 std::vector<SlotRef> live_entries(ReservePool& pool, LocalIndex& ix, int n) {
   std::vector<SlotRef> slots;
-  for (int i = 0; i < n; ++i) {
-    auto c = pool.try_claim(4096, 1);
-    REQUIRE((c.ok() && c.value()));
-    SlotRef s = (*c.value())[0];
-    pool.commit_local(s);
-    pool.route_live(s);
-    slots.push_back(s);
-    LocalIndex::Entry e;
-    e.put_id = uint64_t(i + 1);
-    e.slot = s;
-    e.len = 4096;
-    e.live = true;
-    ix.insert("k" + std::to_string(i), e);
-    ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
-  }
+  for (int i = 0; i < n; ++i) slots.push_back(live_entry(pool, ix, "k" + std::to_string(i), uint64_t(i + 1)));
   return slots;
 }
 }  // namespace
@@ -172,21 +176,10 @@ TEST_CASE("eviction: prefix_depth - the deepest leaf goes first, stale before de
   std::vector<std::pair<std::string, std::string>> pages{{"s0", ""}, {"s1", "s0"}, {"s2", "s1"}, {"t0", ""},
                                                          {"t1", "t0"}};
   for (size_t i = 0; i < pages.size(); ++i) {
-    auto c = pool.try_claim(4096, 1);
-    REQUIRE((c.ok() && c.value()));
-    SlotRef sl = (*c.value())[0];
-    pool.commit_local(sl);
-    pool.route_live(sl);
-    LocalIndex::Entry e;
-    e.put_id = uint64_t(i + 1);
-    e.slot = sl;
-    e.len = 4096;
-    e.live = true;
     const auto& [k, parent] = pages[i];
     // s's depths are given (content_depths); t1's follows from its parent's.
     const uint32_t depth = k[0] == 's' ? uint32_t(k[1] - '0') : (k == "t0" ? 0 : LocalIndex::kNoDepth);
-    ix.insert(k, e, &parent, depth);
-    ix.enter_resident(k, {e.put_id, 0}, 4096);
+    live_entry(pool, ix, k, uint64_t(i + 1), parent, depth);
   }
   CHECK(ix.depth_of("t1") == 1);
   CHECK(ix.depth_of("s2") == 2);
@@ -216,20 +209,7 @@ TEST_CASE("eviction: prefix_depth - a page untouched while the owner admitted th
   LocalIndex ix(1 << 20, 0, false, /*depth_stale_bytes=*/uint64_t(8) << 10);
   Eviction ev({true, 1 << 20, 0});
   // k0 (depth 0) is admitted first, then k1..k3 at depths 1..3 (no chain: each its own leaf).
-  for (uint32_t i = 0; i < 4; ++i) {
-    auto c = pool.try_claim(4096, 1);
-    REQUIRE((c.ok() && c.value()));
-    SlotRef sl = (*c.value())[0];
-    pool.commit_local(sl);
-    pool.route_live(sl);
-    LocalIndex::Entry e;
-    e.put_id = i + 1;
-    e.slot = sl;
-    e.len = 4096;
-    e.live = true;
-    ix.insert("k" + std::to_string(i), e, nullptr, i);
-    ix.enter_resident("k" + std::to_string(i), {e.put_id, 0}, 4096);
-  }
+  for (uint32_t i = 0; i < 4; ++i) live_entry(pool, ix, "k" + std::to_string(i), i + 1, "", i);
   auto never = [](LocalIndex::CohortId) { return false; };
   const Eviction::Marks none{never, never};
   using V = std::vector<LocalIndex::CohortId>;
@@ -250,20 +230,9 @@ TEST_CASE("eviction: a page a put on its way continues is no leaf - the deepest 
     Eviction ev({true, 1 << 20, 0});
     // One chain a0 <- a1 <- a2 (a2 the deepest leaf), and b0 alone, the most recent.
     const std::vector<std::pair<std::string, std::string>> pages{{"a0", ""}, {"a1", "a0"}, {"a2", "a1"}, {"b0", ""}};
-    for (size_t i = 0; i < pages.size(); ++i) {
-      auto c = pool.try_claim(4096, 1);
-      REQUIRE((c.ok() && c.value()));
-      SlotRef sl = (*c.value())[0];
-      pool.commit_local(sl);
-      pool.route_live(sl);
-      LocalIndex::Entry e;
-      e.put_id = 10 * (depth ? 2 : 1) + i;
-      e.slot = sl;
-      e.len = 4096;
-      e.live = true;
-      ix.insert(pages[i].first, e, &pages[i].second, pages[i].first == "b0" ? 0 : uint32_t(pages[i].first[1] - '0'));
-      ix.enter_resident(pages[i].first, {e.put_id, 0}, 4096);
-    }
+    for (size_t i = 0; i < pages.size(); ++i)
+      live_entry(pool, ix, pages[i].first, 10 * (depth ? 2 : 1) + i, pages[i].second,
+                 pages[i].first == "b0" ? 0 : uint32_t(pages[i].first[1] - '0'));
     auto never = [](LocalIndex::CohortId) { return false; };
     const std::unordered_set<std::string> continued{"a2"};  // a claim waits to write a3 after a2
     const Eviction::Marks marks{never, never, &continued};
