@@ -17,7 +17,10 @@ void WriteBack::admit(const std::vector<LiveEntry>& live, Millis now, Outbox& ou
     for (const auto& e : live) spilled.emplace_back(e.key, e.ref);
     write_back(spilled, now, out, true);
   }
-  if (!hot_tier) return;
+  // With the depth order a fetched copy stays out of the hot tier: its source holds the value, so
+  // writing it back would spend the pipeline on a copy that exists (it is evicted in the depth
+  // order, as the deepest when its depth is not known).
+  if (!hot_tier || (!puts && s_.local.depth_order())) return;
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> evicted;
   for (const auto& e : live) (void)hot_tier->insert(e.key, e.ref, e.weight, &evicted);
   if (const DepthOrder* order = s_.local.depth_order()) {
