@@ -176,6 +176,33 @@ TEST_CASE("master T2 on a target-role node (ring B): the copies the master place
   CHECK(m_start(m, 3, "k0", 900) == wire::GetStartStatus::Miss);
 }
 
+TEST_CASE("master T2 on a target-role node (ring B): a victim chosen as a duplicate whose other copy went meanwhile is Kept and chosen again - never the last copy for a duplicate's sake") {
+  MasterCore m;
+  m.set_tiers(0.5, 0);
+  t_register(m, 1, "sglang_owner");
+  t_register(m, 2, "remote_cache");
+  for (uint64_t i = 0; i < 9; ++i) {
+    t_put(m, 1, 10 + i, "k" + std::to_string(i));
+    t_copy(m, 2, "k" + std::to_string(i), 600 + i);
+  }
+  REQUIRE(m.tier_victims(2) == std::map<std::string, int>{{"k0", 2}});  // a duplicate: node 1 holds k0
+  // Node 1's copy of k0 goes first (as a demotion relying on node 2's would): k0's last copy is node 2's.
+  bool busy = false;
+  REQUIRE(m_remove(m, 1, "k0", 1, 10, &busy));
+  const ReclaimCopy k0{"k0", 1, 10, 600, 600 * 4096};
+  const auto rep = m_reclaim(m, 2, 1, 1, wire::ReclaimStep::Fence, false, false, {k0});
+  CHECK(rep.result == wire::ReclaimResult::Kept);
+  CHECK(m.tier_victims(2).empty());
+  CHECK(m.tier_sizes(2).t2 == 9 * 4096);  // back into T2, over its share again
+  CHECK(m.counters().tier2_duplicate_kept_total == 1);
+  // Chosen again on what is true now: a copy that still duplicates one on node 1, not k0.
+  m.tick(1000);
+  const auto again = m.tier_victims(2);
+  REQUIRE(again.size() == 1);
+  CHECK(again.begin()->first != "k0");
+  CHECK(m.route_count() == 9);  // nothing lost
+}
+
 TEST_CASE("E16ba: with T1, a T2 victim without a copy waits for its write-back - handed for demotion once the copy is published, as a plain eviction once the bound passed (a shortfall, counted)") {
   MasterCore m;
   m.set_tiers(0.5, 0.25);  // T2: 8 slots, T1: 4

@@ -138,6 +138,13 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
   }
   // A partial cohort is never taken for a new transaction.
   if (absent > 0) return busy(wire::ReclaimBusy::Partial, counters_.reclaim_busy_partial_total);
+  // Ring B: a target-role node's T2 victim chosen as a duplicate whose other copy went meanwhile
+  // (its source demoted it, relying on this one): not this way - back into T2, chosen again.
+  if (!req.demote && duplicate_victim_now_last(node, req)) {
+    counters_.tier2_duplicate_kept_total++;
+    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Kept);
+    return answer(req.epoch, wire::ReclaimResult::Kept);
+  }
   // Demotion: never the last copy - one target-role owner holds a copy of every member's version
   // (every TP rank's group recoverable from the same owner, E16ap), else the cohort stays.
   if (req.demote && common_targets(req.members, node).empty()) {
@@ -249,6 +256,30 @@ void MasterCore::end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult 
   }
   reclaims_.erase(txn);
   note_reclaim_ended(node, epoch, how);
+}
+
+bool MasterCore::duplicate_victim_now_last(uint32_t node, const wire::ReclaimT& req) {
+  auto it = tiers_.find(node);
+  if (it == tiers_.end()) return false;
+  NodeTiers& t = it->second;
+  bool last = false;
+  for (const auto& m : req.members) {
+    auto v = t.victims.find(m->key);
+    if (v == t.victims.end() || !v->second.duplicate) continue;
+    auto r = routes_.find(m->key);
+    if (r != routes_.end() && r->second.replicas.size() <= 1) last = true;
+  }
+  if (!last) return false;
+  for (const auto& m : req.members) {  // every duplicate victim of the cohort back into T2
+    auto v = t.victims.find(m->key);
+    if (v == t.victims.end() || !v->second.duplicate) continue;
+    const TierVictim back = v->second;
+    t.victim_bytes -= back.bytes;
+    t.victims.erase(v);
+    counters_.tier2_restored_total++;
+    if (t.t2) (void)t.t2->insert(m->key, back.ver, back.bytes);
+  }
+  return true;
 }
 
 void MasterCore::note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how, wire::ReclaimBusy why) {

@@ -169,6 +169,7 @@ void MasterCore::tier2_select(uint32_t node, NodeTiers& t) {
     counters_.tier2_selected_bytes_total += vic.bytes;
     if (recoverable(r->second)) {
       vic.demote = !target;  // a target-role node's copy goes as a plain eviction: no demotion relies on the source
+      vic.duplicate = target;
       counters_.tier2_recoverable_total++;
     } else if (t.t1 && target_besides(node)) {
       // E16ba: the resident tier's exact victim waits (bounded) for its copy: started here unless

@@ -74,8 +74,9 @@ void Reclaim::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out,
         case R::AlreadyInProgress: return prepare(*id, t, true, now, out, busy);
         case R::Completed: return prepare(*id, t, false, now, out, busy);  // no replica left to fence
         case R::Aborted: return back_off(*id, t, now);  // (an ended attempt's answer: nothing fenced)
-        case R::Kept:  // a demotion without its target copy: the cohort stays here, resident
-          s_.counters.demote_kept_total++;
+        case R::Kept:  // a demotion without its target copy, or a T2 victim now a last copy: it stays
+          if (t.demote) s_.counters.demote_kept_total++;
+          else s_.counters.reclaim_kept_last_copy_total++;
           restore(t, End::kKept);
           return finish(it);
         case R::RetryableBusy:

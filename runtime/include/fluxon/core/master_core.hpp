@@ -138,6 +138,10 @@ class MasterCore {
     uint64_t bytes = 0;
     enum class State : uint8_t { kFenced, kReady, kHanded } state = State::kReady;
     bool demote = false;
+    // A target-role node's victim chosen because another copy served the key (ring B's first pass):
+    // if that copy is gone by the time the owner fences it (a demotion relied on this one), the
+    // reclaim is answered Kept and the victim goes back into T2, to be chosen again on what is true now.
+    bool duplicate = false;
     Millis until = 0;  // kFenced: the fence's bound; kHanded: when it goes back to T2 if still here
     uint32_t hands = 0;
   };
@@ -208,6 +212,9 @@ class MasterCore {
   Envelope replica_poll(const wire::ReplicaPollT& req);
   Envelope write_back(const wire::WriteBackT& req, Millis now);
   bool is_replica_target(uint32_t node_id) const;
+  // reclaim_fence: a member of req is a T2 duplicate victim here whose other copy is gone; if so,
+  // every duplicate victim of req goes back into T2.
+  bool duplicate_victim_now_last(uint32_t node, const wire::ReclaimT& req);
   // A target-role owner other than `node` is registered (replica tasks have somewhere to go).
   bool target_besides(uint32_t node) const;
   // A target-role owner other than `source` holds a replica of the route's version.

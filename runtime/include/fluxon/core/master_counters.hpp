@@ -84,7 +84,8 @@
   X(tier2_shortfall_bytes_total, "fluxon_master_tier2_shortfall_bytes_total", "", "Slot bytes of those (the lead window's shortfall)") \
   X(tier2_handed_total, "fluxon_master_tier2_handed_total", "", "T2 victims handed to their owner (re-hands included)") \
   X(tier2_ended_total, "fluxon_master_tier2_ended_total", "", "T2 victims whose replica went (reclaimed, demoted, replaced, or its node restarted)") \
-  X(tier2_restored_total, "fluxon_master_tier2_restored_total", "", "T2 victims back in T2: their owner kept them (held, busy) past the hand-off bound") \
+  X(tier2_restored_total, "fluxon_master_tier2_restored_total", "", "T2 victims back in T2: their owner kept them (held, busy) past the hand-off bound, or a duplicate victim became a last copy") \
+  X(tier2_duplicate_kept_total, "fluxon_master_tier2_duplicate_kept_total", "", "Reclaims of a target-role node's T2 victims chosen as duplicates, refused (Kept) because the other copy went meanwhile") \
   X(owners_registered_total, "fluxon_master_owners_registered_total", "", "Owner registrations (restarts and reconnects included)") \
   X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")

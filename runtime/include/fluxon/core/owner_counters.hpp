@@ -126,6 +126,7 @@
   X(demoted_keys_total, "fluxon_owner_demoted_keys_total", "", "Keys demoted") \
   X(demoted_bytes_total, "fluxon_owner_demoted_bytes_total", "", "Slot bytes freed by demotion") \
   X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept") \
+  X(reclaim_kept_last_copy_total, "fluxon_owner_reclaim_kept_last_copy_total", "", "Evictions refused by the master (Kept): a T2 victim chosen as a duplicate had become the last copy") \
   X(demote_kept_keys_total, "fluxon_owner_demote_kept_keys_total", "", "Keys a demotion kept here: no target copy, or retries ran out") \
   X(demote_obsolete_keys_total, "fluxon_owner_demote_obsolete_keys_total", "", "Keys that left a demotion replaced or removed meanwhile")
 
