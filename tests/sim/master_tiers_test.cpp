@@ -48,6 +48,17 @@ std::vector<std::pair<std::string, bool>> poll_victims(MasterCore& m, uint32_t n
   rv.generation = 1;
   return victims_of(m.handle(make_envelope(std::move(rv)), now));
 }
+// T2 at half of each node's 16 slots; node 1 (a GPU owner) puts k0..k8, node 2 (remote_cache) copies
+// each: node 2's T2 goes over by one with its ninth copy and hands its coldest, k0.
+void ring_b(MasterCore& m) {
+  m.set_tiers(0.5, 0);
+  t_register(m, 1, "sglang_owner");
+  t_register(m, 2, "remote_cache");
+  for (uint64_t i = 0; i < 9; ++i) {
+    t_put(m, 1, 10 + i, "k" + std::to_string(i));
+    t_copy(m, 2, "k" + std::to_string(i), 600 + i);
+  }
+}
 std::vector<std::string> replica_poll(MasterCore& m, uint32_t node, uint64_t poll_id) {
   wire::ReplicaPollT p;
   p.node_id = node;
@@ -153,13 +164,7 @@ TEST_CASE("master T2: over its share a node's coldest routes are handed on its n
 
 TEST_CASE("master T2 on a target-role node (ring B): the copies the master placed are bounded there too, and its Size eviction may drop the last route") {
   MasterCore m;
-  m.set_tiers(0.5, 0);
-  t_register(m, 1, "sglang_owner");
-  t_register(m, 2, "remote_cache");
-  for (uint64_t i = 0; i < 9; ++i) {
-    t_put(m, 1, 10 + i, "k" + std::to_string(i));
-    t_copy(m, 2, "k" + std::to_string(i), 600 + i);
-  }
+  ring_b(m);
   // Node 2's T2 went over by one with its ninth copy: its coldest copy was handed on that reply.
   const auto v2 = m.tier_victims(2);
   REQUIRE(v2.size() == 1);
@@ -178,13 +183,7 @@ TEST_CASE("master T2 on a target-role node (ring B): the copies the master place
 
 TEST_CASE("master T2 on a target-role node (ring B): a victim chosen as a duplicate whose other copy went meanwhile is Kept and chosen again - never the last copy for a duplicate's sake") {
   MasterCore m;
-  m.set_tiers(0.5, 0);
-  t_register(m, 1, "sglang_owner");
-  t_register(m, 2, "remote_cache");
-  for (uint64_t i = 0; i < 9; ++i) {
-    t_put(m, 1, 10 + i, "k" + std::to_string(i));
-    t_copy(m, 2, "k" + std::to_string(i), 600 + i);
-  }
+  ring_b(m);
   REQUIRE(m.tier_victims(2) == std::map<std::string, int>{{"k0", 2}});  // a duplicate: node 1 holds k0
   // Node 1's copy of k0 goes first (as a demotion relying on node 2's would): k0's last copy is node 2's.
   bool busy = false;
