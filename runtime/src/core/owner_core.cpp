@@ -398,7 +398,9 @@ void OwnerCore::pressure(Millis now, Outbox& out) {
   }
   next_pressure_ = now + s_.cfg.eviction_interval_ms;
   bool selected = false;
-  const std::unordered_set<std::string> continued = put_.continued();
+  // Only a leaf pass reads what puts on their way continue: without chains or the depth order, no set.
+  const std::unordered_set<std::string> continued =
+      s_.local.chained() || s_.local.depth_order() ? put_.continued() : std::unordered_set<std::string>{};
   const Eviction::Marks marks{[this](LocalIndex::CohortId c) { return reclaim_.owns_cohort(c); },
                               [this](LocalIndex::CohortId c) { return writeback_.writing_back(c); }, &continued};
   for (const auto& [size, bytes] : wanted) {
