@@ -29,6 +29,9 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   if (s.is_ok()) s = validate_replica_mask(opts.make_replica_task_mask, opts.atomic_group_lens, keys.size());
   if (s.is_ok()) s = validate_parent_keys(opts.radix_parent_keys, keys);
   if (s.is_ok()) s = validate_content_depths(opts.content_depths, keys.size());
+  if (s.is_ok())
+    s = validate_replica_budget(opts.replica_budget, opts.make_replica_task, opts.write_through,
+                                opts.atomic_group_lens, keys.size());
   if (!s.is_ok()) return s;
   wire::PutStartReqT req;
   req.keys = keys;
@@ -43,6 +46,12 @@ Result<Envelope> ClientCore::put_start(const std::vector<std::string>& keys, int
   if (opts.radix_parent_keys) req.radix_parent_keys = *opts.radix_parent_keys;
   else if (opts.content_depths) req.radix_parent_keys = parents_from_depths(keys, *opts.content_depths);
   if (opts.content_depths) req.content_depths = *opts.content_depths;
+  if (const auto& b = opts.replica_budget) {
+    req.replica_budget_pages = b->pages;
+    req.replica_group_priorities = b->priorities;
+    req.replica_group_ids = b->group_ids;
+    req.replica_decision_shares = b->shares;
+  }
   req.max_wait_ms = max_wait_ms_;
   return make_envelope(std::move(req));
 }

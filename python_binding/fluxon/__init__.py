@@ -43,6 +43,14 @@ class PutOptionalArgs:
     # Per key, its depth in its prefix (pages from the root): replica admission's depth policies
     # read it, and without radix_parent_keys the batch's own chain follows from it.
     content_depths: Optional[list] = None
+    # kv_score_pressure_budget: the owner keeps, of the groups make_replica_task_mask names, the best
+    # (one priority per group) that fit in replica_budget_pages x its eviction pressure;
+    # replica_group_ids (one uint64 per group) name a group the same on every TP rank, and
+    # replica_decision_shares puts (the TP ranks behind the owner) share each group's decision.
+    replica_budget_pages: Optional[int] = None
+    replica_group_priorities: Optional[list] = None
+    replica_group_ids: Optional[list] = None
+    replica_decision_shares: int = 1
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,25 @@ def _check_keys(keys) -> list:
         if not isinstance(k, str):
             raise InvalidArgument(f"keys[{i}]: expected str, got {type(k).__name__}")
     return list(keys)
+
+
+def _check_budget(opts) -> None:
+    """The replica budget's fields are well typed (the sizes the core checks)."""
+    def uint(name, x, bits):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2 ** bits:
+            raise InvalidArgument(f"{name}: expected an int in [0, 2**{bits}), got {x!r}")
+    if opts.replica_budget_pages is not None:
+        uint("replica_budget_pages", opts.replica_budget_pages, 32)
+    uint("replica_decision_shares", opts.replica_decision_shares, 32)
+    for name in ("replica_group_priorities", "replica_group_ids"):
+        v = getattr(opts, name)
+        if v is not None and not isinstance(v, (list, tuple)):
+            raise InvalidArgument(f"{name}: expected a list")
+    for i, x in enumerate(opts.replica_group_priorities or ()):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise InvalidArgument(f"replica_group_priorities[{i}]: expected a number, got {x!r}")
+    for i, x in enumerate(opts.replica_group_ids or ()):
+        uint(f"replica_group_ids[{i}]", x, 64)
 
 
 def _check_int_list(name: str, v) -> Optional[list]:
@@ -224,6 +251,7 @@ class KvClient:
                 for i, x in enumerate(d):
                     if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2 ** 32:
                         raise InvalidArgument(f"content_depths[{i}]: expected an int in [0, 2**32), got {x!r}")
+            _check_budget(opts)
         return self._c.local_fast_put_start(keys, value_len, opts)
 
     def local_fast_put_commit(self, plan_ptr: int) -> KvFuture:

@@ -230,7 +230,9 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
 
     from fluxon.sglang.admission import AdmissionConfig
     backend = HostlessBackend(Timed(client), tp_rank=rank, tp_size=a.tp, allgather=allgather,
-                              admission=AdmissionConfig(policy=a.replica_policy), register_with_cuda=a.gpu)
+                              admission=AdmissionConfig(
+                                  policy=a.replica_policy, max_replica_pages_per_batch=a.replica_budget_pages
+                                  if a.replica_policy == "kv_score_pressure_budget" else None), register_with_cuda=a.gpu)
     page_bytes = a.page_tokens * a.item_bytes
     pool = GpuPool(a.gpu_pages, page_bytes, a.page_tokens, a.item_bytes, a.gpu)
     split = a.mode == "split"
@@ -452,8 +454,11 @@ def main(argv=None):
     ap.add_argument("--remote-cache", type=int, default=0,
                     help="CPU-only owners (role remote_cache) in the private cluster: replica targets")
     ap.add_argument("--remote-cache-dram", default=None, help="each remote_cache owner's segment (default: 2x owner)")
-    ap.add_argument("--replica-policy", choices=["none", "eager", "kv_score_only", "kv_score_low_only"], default=None,
+    ap.add_argument("--replica-policy", choices=["none", "eager", "kv_score_only", "kv_score_low_only",
+                                                 "kv_score_pressure_budget"], default=None,
                     help="replica admission of backups (default: eager with --remote-cache, else none)")
+    ap.add_argument("--replica-budget-pages", type=int, default=64,
+                    help="kv_score_pressure_budget: replica pages of a backup batch at full eviction pressure")
     ap.add_argument("--hot-writeback", type=float, default=0.0,
                     help="each instance owner's hot-tier share (replica_writeback_hot_capacity_ratio): cohorts it "
                          "evicts are written back to the remote_cache owner and demoted (0: off)")

@@ -82,6 +82,16 @@ PutOptionalArgs to_opts(const py::object& o) {
   if (!parents.is_none()) a.radix_parent_keys = parents.cast<std::vector<std::string>>();
   auto depths = o.attr("content_depths");
   if (!depths.is_none()) a.content_depths = depths.cast<std::vector<uint32_t>>();
+  auto pages = o.attr("replica_budget_pages"), prio = o.attr("replica_group_priorities"),
+       ids = o.attr("replica_group_ids");
+  if (!pages.is_none() || !prio.is_none() || !ids.is_none()) {
+    ReplicaBudgetArgs b;
+    b.pages = pages.is_none() ? 0 : pages.cast<uint32_t>();
+    if (!prio.is_none()) b.priorities = prio.cast<std::vector<float>>();
+    if (!ids.is_none()) b.group_ids = ids.cast<std::vector<uint64_t>>();
+    b.shares = o.attr("replica_decision_shares").cast<uint32_t>();
+    a.replica_budget = std::move(b);
+  }
   return a;
 }
 

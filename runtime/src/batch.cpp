@@ -1,5 +1,6 @@
 #include "fluxon/runtime/batch.hpp"
 
+#include <cmath>
 #include <map>
 
 #include <unordered_set>
@@ -68,6 +69,29 @@ Status validate_content_depths(const std::optional<std::vector<uint32_t>>& depth
   if (depths && depths->size() != n)
     return invalid_argument("content_depths: length " + std::to_string(depths->size()) + " != number of keys " +
                             std::to_string(n));
+  return Status::ok();
+}
+
+Status validate_replica_budget(const std::optional<ReplicaBudgetArgs>& budget, bool make_replica_task,
+                               bool write_through, const std::optional<std::vector<uint32_t>>& group_lens, size_t n) {
+  if (!budget) return Status::ok();
+  const std::string what = "replica budget (kv_score_pressure_budget): ";
+  if (!make_replica_task || write_through)
+    return invalid_argument(what + "needs make_replica_task and no write_through (it cuts replica tasks)");
+  if (budget->pages == 0) return invalid_argument(what + "replica_budget_pages: must be > 0");
+  const size_t groups = group_lens ? group_lens->size() : n;
+  if (budget->priorities.size() != groups)
+    return invalid_argument(what + "replica_group_priorities: length " + std::to_string(budget->priorities.size()) +
+                            " != number of groups " + std::to_string(groups));
+  if (budget->group_ids.size() != groups)
+    return invalid_argument(what + "replica_group_ids: length " + std::to_string(budget->group_ids.size()) +
+                            " != number of groups " + std::to_string(groups));
+  for (size_t g = 0; g < groups; ++g)
+    if (!std::isfinite(budget->priorities[g]))
+      return invalid_argument(what + "replica_group_priorities[" + std::to_string(g) + "]: not a finite number");
+  if (budget->shares == 0 || budget->shares > kMaxReplicaShares)
+    return invalid_argument(what + "replica_decision_shares: must be in 1.." + std::to_string(kMaxReplicaShares) +
+                            ", got " + std::to_string(budget->shares));
   return Status::ok();
 }
 

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "fluxon/core/local_index.hpp"
+#include "fluxon/core/replica_budget.hpp"
 
 using namespace fluxon;
 
@@ -165,6 +166,74 @@ TEST_CASE("DepthOrder: stale first (oldest first), then the deepest, the least r
   CHECK(order() == V{"a2", "b1", "a1", "root"});
   CHECK(o.size() == 4);
   CHECK(DepthOrder::kUnknown > 1000000);  // no depth: ordered as the deepest
+}
+
+TEST_CASE("ReplicaBudget: the pressure is evicted per admitted slot over the last window, fading in proportion") {
+  ReplicaBudget b;
+  b.observe(0, 0, 100);
+  CHECK(b.pressure() == 0.0);
+  b.observe(100, 0, 100);  // a warm-up: admitted without evicting
+  CHECK(b.pressure() == 0.0);
+  b.observe(200, 100, 100);  // every slot of the next window paid for with an eviction
+  CHECK(b.pressure() == doctest::Approx(0.5));
+  b.observe(400, 300, 100);  // 100 + 200 admitted, 50 + 200 evicted, faded to the window of 100
+  CHECK(b.pressure() == doctest::Approx(250.0 / 300.0));
+  b.observe(10000, 9900, 100);  // the warm-up has faded
+  CHECK(b.pressure() > 0.99);
+}
+
+TEST_CASE("ReplicaBudget kv_score_pressure_budget: candidates best first and whole within pages x pressure, none at rest, one decision per group for the TP ranks") {
+  ReplicaBudget b;
+  const std::vector<uint32_t> groups{2, 2, 2, 2};
+  ReplicaBudgetArgs args{5, {0.2f, 0.9f, 0.5f, 0.7f}, {11, 12, 13, 14}, 1};  // one rank: nothing remembered
+  auto mask = [](std::vector<bool> g) {  // per group -> per key
+    std::vector<bool> m;
+    for (bool v : g) m.insert(m.end(), {v, v});
+    return m;
+  };
+  // At rest (nothing evicted): no replica at all - it would be a duplicate.
+  b.observe(0, 0, 64);
+  b.observe(64, 0, 64);
+  auto r = mask({true, true, true, true});
+  auto o = b.apply(r, groups, args);
+  CHECK(r == mask({false, false, false, false}));
+  CHECK(o.cut_keys == 8);
+  // Every admission evicts: 5 pages -> the 0.9 and 0.7 groups (4 pages); the 0.5 group does not fit
+  // whole in the page left, a non-candidate (the client's score rule said no) stays out.
+  ReplicaBudgetArgs hot{5, {0.2f, 0.9f, 0.5f, 0.7f}, {21, 22, 23, 24}, 2};
+  b.observe(1000, 1000, 64);
+  REQUIRE(b.pressure() > 0.99);
+  r = mask({true, true, true, true});
+  o = b.apply(r, groups, hot);
+  CHECK(r == mask({false, true, false, true}));
+  CHECK(o.kept_keys == 4);
+  CHECK(o.cut_keys == 4);
+  CHECK(o.memo_keys == 0);
+  // The pressure falls before the other TP rank's put of the same groups: it gets the same answer.
+  b.observe(50000, 1000, 64);
+  REQUIRE(b.pressure() < 0.01);
+  r = mask({true, true, true, true});
+  o = b.apply(r, groups, hot);
+  CHECK(r == mask({false, true, false, true}));
+  CHECK(o.memo_keys == 8);
+  CHECK(b.memo_size() == 0);  // both shares came: the decisions are gone
+  // A third put of the groups (a new version, later) decides afresh: at this pressure, nothing.
+  ReplicaBudgetArgs again = hot;
+  again.shares = 1;
+  r = mask({true, true, true, true});
+  b.apply(r, groups, again);
+  CHECK(r == mask({false, false, false, false}));
+  // A decision whose other share never comes is dropped once the owner admitted kMemoTtlSlots more.
+  b.observe(60000, 11000, 64);
+  r = mask({true, false, false, false});
+  b.apply(r, groups, ReplicaBudgetArgs{8, {1, 1, 1, 1}, {31, 32, 33, 34}, 2});
+  CHECK(r == mask({true, false, false, false}));
+  CHECK(b.memo_size() == 1);
+  b.observe(60000 + ReplicaBudget::kMemoTtlSlots + 1, 11000 + ReplicaBudget::kMemoTtlSlots + 1, 64);
+  r = mask({false, false, false, false});
+  b.apply(r, groups, args);
+  CHECK(b.memo_size() == 0);
+  CHECK(b.memo_dropped() == 1);
 }
 
 TEST_CASE("eviction: prefix_depth - the deepest leaf goes first, stale before deep, remote-complete before both") {

@@ -603,6 +603,64 @@ TEST_CASE("replica tasks carry the prefix chain and depths: the remote_cache own
   check_quiet(c);
 }
 
+namespace {
+// A put of rank `rank` (of 2) of four 2-page groups g0..g3, named the same on both ranks' ids,
+// every group a candidate, under kv_score_pressure_budget (`pages` at full pressure).
+Envelope put_budgeted(sim::Cluster& c, uint64_t s, const std::string& tag, int rank, uint32_t pages) {
+  wire::PutStartReqT p;
+  for (int g = 0; g < 4; ++g)
+    for (int k = 0; k < 2; ++k) p.keys.push_back(tag + "-g" + std::to_string(g) + "p" + std::to_string(k) + "_" +
+                                                 std::to_string(rank) + "_2");
+  p.value_len = 4096;
+  p.atomic_group_lens = {2, 2, 2, 2};
+  p.make_replica_task = true;
+  p.replica_budget_pages = pages;
+  p.replica_group_priorities = {0.2f, 0.9f, 0.5f, 0.7f};
+  for (int g = 0; g < 4; ++g) p.replica_group_ids.push_back(std::hash<std::string>()(tag + std::to_string(g)));
+  p.replica_decision_shares = 2;
+  auto keys = p.keys;
+  auto r = c.call(0, s, make_envelope(std::move(p)));
+  auto* ps = r.body.AsPutStartReply();
+  REQUIRE_MESSAGE(ps, envelope_status(r).to_string());
+  for (size_t i = 0; i < keys.size(); ++i) c.write(0, ps->offsets[i], pattern(keys[i], 4096));
+  REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+  return r;
+}
+}  // namespace
+
+TEST_CASE("replica budget (kv_score_pressure_budget): no replica while the owner has room, the best whole groups within pages x pressure once it evicts, the same groups for both TP ranks") {
+  sim::Cluster c(seed_from_env(207), small_owner(), 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t r0 = c.open_session(0), r1 = c.open_session(0);  // two TP ranks behind one owner
+  const auto& oc = c.owner(0).counters();
+  put_budgeted(c, r0, "rest", 0, 5);  // room: a replica would only be a duplicate
+  put_budgeted(c, r1, "rest", 1, 5);
+  CHECK(oc.replica_budget_cut_keys_total == 16);
+  CHECK(oc.replica_budget_shared_keys_total == 8);  // the second rank took the first's decisions
+  CHECK(oc.replica_keys_requested_total == 0);
+  // Fill the owner (2,048 slots) well past its capacity: from now on every admission evicts.
+  for (int b = 0; b < 80; ++b) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 64; ++i) keys.push_back("fill-" + std::to_string(b) + "-" + std::to_string(i));
+    put_opts(c, 0, r0, keys, false, false);
+  }
+  REQUIRE(oc.evicted_keys_total > 0);
+  put_budgeted(c, r0, "hot", 0, 5);
+  CHECK(c.owner(0).stats().replica_budget_pressure_permille >= 800);
+  put_budgeted(c, r1, "hot", 1, 5);
+  // 5 pages at a pressure >= 0.8: the 0.9 and the 0.7 groups (4 pages); 0.5 does not fit whole.
+  CHECK(oc.replica_budget_kept_keys_total == 8);
+  CHECK(oc.replica_keys_requested_total == 8);
+  REQUIRE(c.run_until([&] { return c.owner(1).counters().replica_done_total == 8; }, 20000));
+  c.run_for(500);
+  for (int rank = 0; rank < 2; ++rank)
+    for (int g = 0; g < 4; ++g) {
+      const std::string k = "hot-g" + std::to_string(g) + "p1_" + std::to_string(rank) + "_2";
+      CHECK_MESSAGE(c.owner(1).local_state(k) == (g == 1 || g == 3 ? 2 : 0), k);
+    }
+  check_quiet(c);
+}
+
 TEST_CASE("S3: the source evicts without waiting for replicas, a replica then serves the key (L3)") {
   sim::Cluster c(seed_from_env(211), small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
   c.run_for(10);

@@ -12,11 +12,17 @@ original Fluxon backend, defined here on what SGLang passes: the page keys and `
   - ``kv_score_only``: groups whose mean score is >= ``score_threshold``; priority = mean score.
   - ``kv_score_low_only``: groups whose mean score is <= ``score_threshold`` (inclusive);
     priority = 1 - mean score (lowest first).
+  - ``kv_score_pressure_budget``: the groups of ``kv_score_only`` are candidates; the owner keeps,
+    best first and whole, those that fit in ``max_replica_pages_per_batch`` x its eviction pressure
+    (evicted per admitted slot, recent): no replica while the owner has room (it would be a
+    duplicate), up to the cap once everything it admits pushes something out. The first TP rank's
+    put of a group decides for the others behind the same owner (``budget_args``).
   - ``none``: no group.
 Group rules: a group is admitted whole or skipped whole (the mask is constant inside a group).
 ``min_replica_pages`` tops the admitted pages up with the best remaining groups, whole, even
 past the minimum. ``max_replica_pages_per_batch`` is a hard cap: groups are kept in priority order
-only while they fit entirely in the remaining budget; no group is cut.
+only while they fit entirely in the remaining budget; no group is cut (kv_score_pressure_budget:
+the owner applies it, scaled by its pressure).
 Decisions are TP-invariant: they depend on scores and on the *admission identity* of a key (the
 storage key with the TP rank removed and the TP size kept), never on the rank, so every rank of a
 TP group admits the same logical groups.
@@ -32,9 +38,9 @@ from typing import List, Optional, Sequence
 from ..errors import InvalidArgument
 
 POLICIES = ("none", "eager", "eager_all", "prefix_root_only", "prefix_depth_ratio", "prefix_end_depth_ratio",
-            "ratio_only", "kv_score_only", "kv_score_low_only")
+            "ratio_only", "kv_score_only", "kv_score_low_only", "kv_score_pressure_budget")
 # Policies that rank groups by KV scores: SGLang's storage calls carry none.
-SCORE_POLICIES = ("kv_score_only", "kv_score_low_only")
+SCORE_POLICIES = ("kv_score_only", "kv_score_low_only", "kv_score_pressure_budget")
 
 
 @dataclass
@@ -66,6 +72,9 @@ class AdmissionConfig:
             raise InvalidArgument("replica_task.admission.min_replica_pages: must be >= 0")
         if self.max_replica_pages_per_batch is not None and int(self.max_replica_pages_per_batch) < 0:
             raise InvalidArgument("replica_task.admission.max_replica_pages_per_batch: must be >= 0")
+        if self.policy == "kv_score_pressure_budget" and not (self.max_replica_pages_per_batch or 0) > 0:
+            raise InvalidArgument("replica_task.admission.max_replica_pages_per_batch: kv_score_pressure_budget needs "
+                                  "it > 0 (the replica pages of a batch at full eviction pressure)")
         if not 0.0 <= float(self.ratio) <= 1.0:
             raise InvalidArgument("replica_task.admission.ratio: must be in [0, 1]")
         if int(self.root_pages) <= 0:
@@ -113,7 +122,7 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
     if depths is not None and (len(depths) != n or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
                                                        for d in depths)):
         raise InvalidArgument(f"content_depths: one depth >= 0 per key is required, got {list(depths)!r} for {n} keys")
-    if config.policy in ("kv_score_only", "kv_score_low_only"):
+    if config.policy in SCORE_POLICIES:
         if scores is None or len(scores) != n:
             raise InvalidArgument("scores: one score per key is required by a kv_score policy")
     starts, s = [], 0
@@ -150,7 +159,7 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
     else:
         means = [sum(scores[st:st + g]) / g for st, g in zip(starts, groups)]
         thr = float(config.score_threshold)
-        if config.policy == "kv_score_only":
+        if config.policy in ("kv_score_only", "kv_score_pressure_budget"):
             chosen = [m >= thr for m in means]
             priority = means
         else:
@@ -170,7 +179,7 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
             if not chosen[i]:
                 chosen[i] = True
                 admitted += groups[i]
-    if config.max_replica_pages_per_batch is not None:
+    if config.max_replica_pages_per_batch is not None and config.policy != "kv_score_pressure_budget":
         budget = int(config.max_replica_pages_per_batch)
         keep = [False] * len(groups)
         for i in order:
@@ -182,3 +191,21 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
     for g, c in zip(groups, chosen):
         mask += [c] * g
     return mask
+
+
+def group_id(identity: str) -> int:
+    """A group's TP-invariant id on the wire: 64 bits of SHA-256 of its first key's identity."""
+    return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "little")
+
+
+def budget_args(identities: Sequence[str], config: AdmissionConfig, group_lens: Optional[Sequence[int]],
+                scores: Sequence[float], tp_size: int) -> dict:
+    """kv_score_pressure_budget: the put options that let the owner cut ``admit``'s candidates to
+    its pressure budget (``PutOptionalArgs`` fields): the pages at full pressure, each group's
+    priority (its mean score) and id, and the puts that share a decision (the TP ranks)."""
+    groups = validate_groups(len(identities), group_lens)
+    starts = [sum(groups[:i]) for i in range(len(groups))]
+    return {"replica_budget_pages": int(config.max_replica_pages_per_batch),
+            "replica_group_priorities": [sum(scores[st:st + g]) / g for st, g in zip(starts, groups)],
+            "replica_group_ids": [group_id(identities[st]) for st in starts],
+            "replica_decision_shares": int(tp_size)}

@@ -22,7 +22,7 @@ from typing import Callable, List, Optional, Sequence
 
 import fluxon
 
-from .admission import AdmissionConfig, admission_identity, admit
+from .admission import AdmissionConfig, admission_identity, admit, budget_args
 
 
 @dataclass
@@ -77,14 +77,16 @@ class HostlessBackend:
         atomic group (`atomic_group_lens=[len(node_pages)]`)."""
         keys = node.keys
         depths = [node.depth + i for i in range(len(keys))]  # the node's pages, where they sit in the tree
-        mask = None
+        mask, budget = None, {}
         if self.admission.policy != "none":
             ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
             mask = admit(ids, self.admission, [len(keys)], scores, depths=depths)
+            if self.admission.policy == "kv_score_pressure_budget":  # the owner cuts to its budget
+                budget = budget_args(ids, self.admission, [len(keys)], scores, self.tp_size)
         # The node's pages continue one another and its parent's last page: the owner's prefix chain.
         opts = fluxon.PutOptionalArgs(atomic_group_lens=[len(keys)], make_replica_task=mask is not None,
                                       make_replica_task_mask=mask, radix_parent_keys=[node.parent_key] + keys[:-1],
-                                      content_depths=depths)
+                                      content_depths=depths, **budget)
         node.storage_staged = True
         self.counters["backup_started"] += 1
         try:

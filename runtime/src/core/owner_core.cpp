@@ -524,6 +524,7 @@ OwnerStats OwnerCore::stats() const {
   r.replica_retries_waiting = replicas_.retries_waiting();
   r.writeback_jobs = writeback_.pending();
   r.hot_bytes = hot_bytes();
+  r.replica_budget_pressure_permille = uint64_t(put_.replica_pressure() * 1000 + 0.5);
   r.pending_eviction_reclaim_bytes = reclaim_.debt_bytes();
   gets_.fill_stats(r);
   return r;

@@ -6,6 +6,16 @@
 
 namespace fluxon {
 
+namespace {
+// The budget a put asks for (kv_score_pressure_budget), if any of its fields is set.
+std::optional<ReplicaBudgetArgs> budget_args(const wire::PutStartReqT& req) {
+  if (req.replica_budget_pages == 0 && req.replica_group_priorities.empty() && req.replica_group_ids.empty())
+    return std::nullopt;
+  return ReplicaBudgetArgs{req.replica_budget_pages, req.replica_group_priorities, req.replica_group_ids,
+                           req.replica_decision_shares};
+}
+}  // namespace
+
 std::optional<RoomNeeded> PutPath::start(uint64_t token, uint64_t session, Envelope& env, Millis now, Outbox& out,
                                          const std::function<bool(const std::string&)>& fetching) {
   s_.counters.put_start_total++;
@@ -54,6 +64,7 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   if (st.is_ok()) st = validate_parent_keys(parents, req.keys);
   if (st.is_ok() && !req.content_depths.empty())
     st = validate_content_depths(std::optional<std::vector<uint32_t>>(req.content_depths), n);
+  if (st.is_ok()) st = validate_replica_budget(budget_args(req), req.make_replica_task, req.write_through, groups, n);
   if (!st.is_ok()) {
     s_.reply_error(session, token, st, out);
     return true;
@@ -101,6 +112,11 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   plan.replica.resize(n);
   for (uint32_t i = 0; i < n; ++i)
     plan.replica[i] = !req.write_through && req.make_replica_task && (!mask || (*mask)[i]);
+  // Every put moves the pressure the budget follows (recent admissions and evictions, in slots).
+  budget_.observe(s_.counters.put_keys_total + s_.counters.transfer_keys_total,
+                  s_.counters.evicted_keys_total + s_.counters.demoted_keys_total,
+                  std::max<uint64_t>(16, s_.pool.slots_at_most(slot_size_for(req.value_len)) / 4));
+  if (req.replica_budget_pages > 0) apply_replica_budget(req, plan.replica);
   wire::PutStartReplyT r;
   r.put_id = put_id;
   r.offsets.reserve(n);
@@ -114,6 +130,16 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   s_.counters.put_keys_total += n;
   s_.reply(session, token, make_envelope(std::move(r)), out);
   return true;
+}
+
+void PutPath::apply_replica_budget(const wire::PutStartReqT& req, std::vector<bool>& replica) {
+  auto& c = s_.counters;
+  const auto groups = req.atomic_group_lens.empty() ? std::vector<uint32_t>(req.keys.size(), 1u) : req.atomic_group_lens;
+  const auto o = budget_.apply(replica, groups, *budget_args(req));
+  c.replica_budget_kept_keys_total += o.kept_keys;
+  c.replica_budget_cut_keys_total += o.cut_keys;
+  c.replica_budget_shared_keys_total += o.memo_keys;
+  c.replica_budget_dropped_total = budget_.memo_dropped();
 }
 
 std::optional<RoomNeeded> PutPath::serve_waiters(Outbox& out,

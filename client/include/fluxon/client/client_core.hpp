@@ -37,6 +37,9 @@ struct PutOptionalArgs {
   // Per key, its depth in its prefix (pages from the root). Without radix_parent_keys the batch's
   // own chain follows from it (parents_from_depths): the owner's eviction takes leaves first.
   std::optional<std::vector<uint32_t>> content_depths;
+  // kv_score_pressure_budget: the owner keeps the best of the masked groups that fit its
+  // eviction pressure's share of `replica_budget->pages` (ReplicaBudgetArgs, batch.hpp).
+  std::optional<ReplicaBudgetArgs> replica_budget;
 };
 
 // exists_prefix: the existing prefix (group-aligned); local_len of it on the attached owner; false

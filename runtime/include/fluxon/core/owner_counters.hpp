@@ -21,7 +21,12 @@
   X(publish_retry_total, "fluxon_owner_publish_retry_total", "", "PutDone re-sent with the same identity (T1)") \
   X(publish_exists_total, "fluxon_owner_publish_refused_total", "", "Route items the master refused") \
   X(resync_routes_total, "fluxon_owner_resync_routes_total", "", "Live routes re-published after the master came back") \
-  X(replica_keys_requested_total, "fluxon_owner_replica_keys_requested_total", "", "Put keys published with a replica task")
+  X(replica_keys_requested_total, "fluxon_owner_replica_keys_requested_total", "", "Put keys published with a replica task") \
+  /* kv_score_pressure_budget (ReplicaBudget): what the budget did with the candidates */ \
+  X(replica_budget_kept_keys_total, "fluxon_owner_replica_budget_keys_total", "decision=kept", "Candidate keys of budgeted puts by the owner's decision (kv_score_pressure_budget)") \
+  X(replica_budget_cut_keys_total, "fluxon_owner_replica_budget_keys_total", "decision=cut", "Candidate keys of budgeted puts by the owner's decision (kv_score_pressure_budget)") \
+  X(replica_budget_shared_keys_total, "fluxon_owner_replica_budget_shared_keys_total", "", "Of those, keys decided by an earlier put of their group (another TP rank)") \
+  X(replica_budget_dropped_total, "fluxon_owner_replica_budget_dropped_total", "", "Group decisions dropped before every TP rank's put came (bound or age)")
 
 // RouteRemoval (route_removal.hpp): route-first removals (S2).
 #define FLUXON_OWNER_ROUTE_REMOVAL_COUNTERS(X) \
@@ -190,6 +195,7 @@
   X(publish_jobs, "publish_jobs", "fluxon_owner_publish_jobs", "", "Publish and route-removal jobs in flight") \
   X(writeback_jobs, "writeback_jobs", "fluxon_owner_writeback_jobs", "", "Owner-hot write-backs in flight") \
   X(hot_bytes, "hot_bytes", "fluxon_owner_hot_bytes", "", "Bytes in the owner-hot tier") \
+  X(replica_budget_pressure_permille, "replica_budget_pressure_permille", "fluxon_owner_replica_budget_pressure_permille", "", "Eviction pressure the replica budget follows: evicted per admitted slot, recent, x1000") \
   X(pending_eviction_reclaim_bytes, "pending_eviction_reclaim_bytes", "fluxon_owner_pending_eviction_reclaim_bytes", "", "Selection debt: bytes selected for eviction whose reclaim has not ended (0 at rest)") \
   X(reclaims, "reclaims", "fluxon_owner_reclaims", "", "Reclaim transactions in flight") \
   X(replica_flights, "replica_flights", "fluxon_owner_replica_flights", "", "Replica-task fetches in flight (at most replica_task_max_inflight)") \

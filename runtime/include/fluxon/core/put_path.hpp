@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fluxon/core/owner_shared.hpp"
+#include "fluxon/core/replica_budget.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {
@@ -54,6 +55,8 @@ class PutPath {
   std::optional<RoomNeeded> head_need() const;
   // Soft waits noted, hard timeouts answered.
   void expire_waiters(Millis now, Outbox& out);
+  // The eviction pressure the replica budget follows, in [0, 1].
+  double replica_pressure() const { return budget_.pressure(); }
 
   // put_commit: the plan's slots are local-read-ready (V1) and its entries in the index. Returns
   // the routes of the entries it replaced that must go (one job each); publish() then sends the
@@ -125,12 +128,15 @@ class PutPath {
   void send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
   void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Settled& settled);
   void drop_plan(uint64_t put_id);
+  // kv_score_pressure_budget: the plan's replica candidates cut to the budget (ReplicaBudget).
+  void apply_replica_budget(const wire::PutStartReqT& req, std::vector<bool>& replica);
 
   OwnerShared& s_;
   std::unordered_map<std::string, uint64_t> inflight_;  // key -> put_id of the open plan
   std::unordered_map<uint64_t, Plan> plans_;
   std::deque<Waiter> waiters_;                          // FIFO claim turn
   RetryTable<PublishJob> publish_;                      // put_id -> job
+  ReplicaBudget budget_;                                // kv_score_pressure_budget's decisions
 };
 
 }  // namespace fluxon

@@ -25,6 +25,21 @@ Status validate_parent_keys(const std::optional<std::vector<std::string>>& paren
                             const std::vector<std::string>& keys);
 // content_depths: per key, its depth in its prefix (pages from the root). One per key.
 Status validate_content_depths(const std::optional<std::vector<uint32_t>>& depths, size_t n);
+// kv_score_pressure_budget (ReplicaBudget): the owner keeps, of the groups the mask names, the
+// best (`priorities`, one per group) that fit in `pages` x its eviction pressure; `group_ids`
+// (one per group) name a group the same on every TP rank, and `shares` puts (the TP ranks behind
+// the owner) share one decision.
+struct ReplicaBudgetArgs {
+  uint32_t pages = 0;
+  std::vector<float> priorities;
+  std::vector<uint64_t> group_ids;
+  uint32_t shares = 1;
+};
+constexpr uint32_t kMaxReplicaShares = 64;
+// pages > 0; a priority and an id per group (finite priorities); shares in 1..kMaxReplicaShares;
+// only with make_replica_task (write_through asks for no replica).
+Status validate_replica_budget(const std::optional<ReplicaBudgetArgs>& budget, bool make_replica_task,
+                               bool write_through, const std::optional<std::vector<uint32_t>>& group_lens, size_t n);
 // The prefix chain the depths imply inside the batch: key i's parent is the key of depth d-1 with
 // the same rank among the keys of its depth (so a page's k and v values, or the TP ranks' copies,
 // each continue their own), "" when the batch has none (its parent came before the batch).
