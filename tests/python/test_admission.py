@@ -4,7 +4,7 @@ import pytest
 
 import fluxon
 from fluxon.sglang import HiCacheStorageConfig, storage_key
-from fluxon.sglang.admission import AdmissionConfig, admission_identity, admit
+from fluxon.sglang.admission import AdmissionConfig, admission_identity, admit, budget_args, group_id
 
 
 def ids(n, rank=0, size=2):
@@ -97,3 +97,25 @@ def test_content_depths_place_each_group_where_its_keys_sit_in_the_prefix():
         admit(ids(2), root, None, depths=[0])
     with pytest.raises(fluxon.InvalidArgument, match="content_depths"):
         admit(ids(2), root, None, depths=[0, -1])
+
+
+def test_kv_score_pressure_budget_names_the_candidates_and_hands_the_cap_to_the_owner():
+    """The client's half: kv_score_only's candidates (the cap is not applied here: the owner scales
+    it by its eviction pressure), each group's mean score as its priority, ids and shares that are
+    the same on every TP rank."""
+    cfg = AdmissionConfig("kv_score_pressure_budget", 0.5, max_replica_pages_per_batch=2)
+    scores = [0.9, 0.8, 0.2, 0.9, 0.1, 0.1]
+    m0 = admit(ids(6, rank=0), cfg, [2, 2, 2], scores)
+    assert m0 == [True, True, True, True, False, False]  # 4 candidate pages past the cap of 2: the owner cuts
+    assert m0 == admit(ids(6, rank=1), cfg, [2, 2, 2], scores)
+    b0 = budget_args(ids(6, rank=0), cfg, [2, 2, 2], scores, 2)
+    b1 = budget_args(ids(6, rank=1), cfg, [2, 2, 2], scores, 2)
+    assert b0 == b1
+    assert b0["replica_budget_pages"] == 2 and b0["replica_decision_shares"] == 2
+    assert b0["replica_group_priorities"] == pytest.approx([0.85, 0.55, 0.1])
+    assert b0["replica_group_ids"] == [group_id(ids(6)[i]) for i in (0, 2, 4)]
+    assert all(0 <= g < 2 ** 64 for g in b0["replica_group_ids"])
+    with pytest.raises(fluxon.InvalidArgument, match="max_replica_pages_per_batch"):
+        AdmissionConfig.from_dict({"policy": "kv_score_pressure_budget"})
+    with pytest.raises(fluxon.InvalidArgument, match="scores"):
+        admit(ids(2), cfg, [2], None)

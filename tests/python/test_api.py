@@ -177,6 +177,21 @@ def test_key_conflict_indices_and_reasons(client):
     dict(opts=fluxon.PutOptionalArgs(make_replica_task_mask=[True, False])),
     dict(keys="abc"),
     dict(value_len=4096.0),
+    # kv_score_pressure_budget: a priority and an id per group, pages > 0, with make_replica_task
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=True, replica_budget_pages=4,
+                                     replica_group_priorities=[1.0, 1.0], replica_group_ids=[1, 2, 3])),
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=True, replica_budget_pages=4,
+                                     replica_group_priorities=[1.0, 1.0, 1.0], replica_group_ids=[1, 2])),
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=True, replica_budget_pages=0,
+                                     replica_group_priorities=[1.0] * 3, replica_group_ids=[1, 2, 3])),
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=False, replica_budget_pages=4,
+                                     replica_group_priorities=[1.0] * 3, replica_group_ids=[1, 2, 3])),
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=True, replica_budget_pages=4, replica_decision_shares=0,
+                                     replica_group_priorities=[1.0] * 3, replica_group_ids=[1, 2, 3])),
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=True, replica_budget_pages=4,
+                                     replica_group_priorities=[float("nan")] * 3, replica_group_ids=[1, 2, 3])),
+    dict(opts=fluxon.PutOptionalArgs(make_replica_task=True, replica_budget_pages=4,
+                                     replica_group_priorities=[1.0] * 3, replica_group_ids=[1, 2, -3])),
 ])
 def test_argument_rules_raise_before_side_effects(client, bad):
     args = dict(keys=keys(3), value_len=4096, opts=None)

@@ -387,3 +387,53 @@ def test_write_through_without_a_cpu_owner_fails_the_future_naming_the_placement
         a.close()
     finally:
         c.stop()
+
+
+def test_kv_score_pressure_budget_replicates_only_under_eviction_pressure_and_alike_for_both_tp_ranks(tmp_path):
+    """kv_score_pressure_budget between real daemons, through the hostless backend of two TP ranks
+    behind one owner: while the owner has room no backup gets a replica (it would be a duplicate);
+    once every page it admits evicts another, each candidate node (mean score >= the threshold) is
+    replicated whole on the remote_cache owner, for both ranks alike (the first rank's put decides
+    for the second), and no other node is."""
+    from fluxon.sglang.admission import AdmissionConfig
+    from fluxon.sglang.hostless import HostlessBackend, NodeStorage
+    c = Cluster(tmp_path, f"bud{os.getpid()}x{free_port()}", owners=2, metrics=True, dram="16MiB",
+                owner_extra=["", "role: remote_cache"]).start()
+    try:
+        size = 64 << 10  # 16 MiB of 64 KiB slots: 256
+        cfg = AdmissionConfig("kv_score_pressure_budget", score_threshold=0.5, max_replica_pages_per_batch=4)
+        clients = [fluxon.KvClient(c.client_config(0)) for _ in range(2)]
+        ranks = [HostlessBackend(cl, tp_rank=r, tp_size=2, admission=cfg) for r, cl in enumerate(clients)]
+
+        def backup(tag, node, score):
+            for r, b in enumerate(ranks):
+                n = NodeStorage([f"{tag}{node}p{i}_{r}_2" for i in range(2)], depth=2 * node)
+                assert b.backup_node(n, size, lambda plan: None, [score, score])
+                n.future.result(20)
+
+        for node in range(4):  # room: nothing replicated
+            backup("rest", node, 0.9)
+        page = scrape(c.owner_metrics[0])
+        assert labelled(page, "fluxon_owner_replica_budget_keys_total", decision="cut") == 16
+        assert sample(page, "fluxon_owner_replica_budget_shared_keys_total") == 8
+        assert sample(page, "fluxon_owner_replica_keys_requested_total") == 0
+        for b in range(80):  # 640 pages into 256 slots: every admission evicts
+            _put(clients[0], [f"fill{b}-{i}" for i in range(8)], size, b)
+        scores = [0.9, 0.2, 0.7, 0.4, 0.6, 0.1]
+        for node, s in enumerate(scores):
+            backup("hot", node, s)
+        page = scrape(c.owner_metrics[0])
+        assert sample(page, "fluxon_owner_replica_budget_pressure_permille") >= 500
+        wanted = [node for node, s in enumerate(scores) if s >= 0.5]
+        assert labelled(page, "fluxon_owner_replica_budget_keys_total", decision="kept") == 2 * 2 * len(wanted)
+        assert sample(page, "fluxon_owner_replica_keys_requested_total") == 2 * 2 * len(wanted)
+        assert wait_metric(c.owner_metrics[1], "fluxon_owner_replica_done_total", 4 * len(wanted)) == 4 * len(wanted)
+        cpu = fluxon.KvClient(c.client_config(1))
+        for node in range(len(scores)):
+            for r in range(2):
+                keys = [f"hot{node}p{i}_{r}_2" for i in range(2)]
+                assert cpu.exists_prefix(keys).local_len == (2 if node in wanted else 0), (node, r)
+        for cl in clients + [cpu]:
+            cl.close()
+    finally:
+        c.stop()
