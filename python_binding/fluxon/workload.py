@@ -251,38 +251,43 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     page_parent = {}  # page hash -> the page before it in its request ("" for the first)
     page_depth = {}   # page hash -> pages before it in its request (a radix node's content depth)
 
-    def backup(hashes):
-        """One radix node: its pages as one atomic group, continuing the page before its first."""
-        parent = page_parent.get(hashes[0], "") if a.prefix_chains == "on" else ""
-        node = NodeStorage([key(h) for h in hashes], parent_key=key(parent) if parent else "",
-                           depth=page_depth.get(hashes[0], 0))
-        slots_ = [pool.index[h][0] for h in hashes]
-        if split:  # the host pool first; the store keeps its own copy (write-through from L2)
-            for h, s in zip(hashes, slots_):
-                host.insert(h, pool.read(s))
+    def backup(*nodes):
+        """Radix nodes (lists of page hashes) in one put batch: each node's pages one atomic group,
+        continuing the page before its first (SGLang's backup thread batches pages the same way)."""
+        storage = []
+        for hashes in nodes:
+            parent = page_parent.get(hashes[0], "") if a.prefix_chains == "on" else ""
+            storage.append(NodeStorage([key(h) for h in hashes], parent_key=key(parent) if parent else "",
+                                       depth=page_depth.get(hashes[0], 0)))
+            if split:  # the host pool first; the store keeps its own copy (write-through from L2)
+                for h in hashes:
+                    host.insert(h, pool.read(pool.index[h][0]))
+        by_node = {id(n): hashes for n, hashes in zip(storage, nodes)}
         # A page's "KV score" for the score policies: a stable function of the page (TP-invariant).
-        scores = [int(h[:8], 16) / 0xFFFFFFFF for h in hashes]
+        scores = [[int(h[:8], 16) / 0xFFFFFFFF for h in hashes] for hashes in nodes]
 
-        def write(plan):  # the backup kernel: one native call for the node
-            pool.backup(plan, slots_)
-        if backend.backup_node(node, page_bytes, write, scores):
-            if node.storage_pending:
-                commit_times[id(node)] = time.perf_counter()
-                pending_nodes.append(node)
+        def write(plan, batch):  # the backup kernel: one native call for the batch
+            pool.backup(plan, [pool.index[h][0] for n in batch for h in by_node[id(n)]])
+        for node, hashes, ok in zip(storage, nodes, backend.backup_nodes(storage, page_bytes, write, scores)):
+            if not ok:
+                continue
+            if node.storage_pending and id(node.future) not in commit_times:
+                commit_times[id(node.future)] = time.perf_counter()
+                pending_nodes.append(node.future)
             for h in hashes:
                 pool.index[h] = (pool.index[h][0], True)
             cur["backup_bytes"] += len(hashes) * page_bytes
             cur["backups"] += 1
 
     def settle():
-        for node in list(pending_nodes):
-            if node.future is not None and not node.future.done():
+        for future in list(pending_nodes):  # one future per put batch
+            if not future.done():
                 continue
-            t0 = commit_times.pop(id(node), None)
+            t0 = commit_times.pop(id(future), None)
             backend.poll()
             if t0 is not None:
                 lat["commit_to_future"].append((time.perf_counter() - t0) * 1e6)
-            pending_nodes.remove(node)
+            pending_nodes.remove(future)
 
     def allocate(n, locked):
         """n free slots, evicting LRU pages not used by the running request (write_back: each
@@ -292,10 +297,10 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             victims = [h for h in pool.index if h not in locked][:need]
             if len(victims) < need:
                 raise SystemExit(f"rank {rank}: a request needs more pages than --gpu-pages={a.gpu_pages} holds")
-            if a.write_policy == "write_back":
-                for h in victims:
-                    if not pool.index[h][1]:
-                        backup([h])
+            if a.write_policy == "write_back":  # one batch, a node per page
+                unbacked = [[h] for h in victims if not pool.index[h][1]]
+                if unbacked:
+                    backup(*unbacked)
             for h in victims:
                 pool.free.append(pool.index.pop(h)[0])
         return [pool.free.pop() for _ in range(n)]

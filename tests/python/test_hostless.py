@@ -90,6 +90,40 @@ def test_half_a_group_fails_closed(shared_cluster):
     c.close()
 
 
+def test_backup_nodes_one_batch_nodes_whole_and_the_stored_ones_left_out(shared_cluster):
+    """backup_nodes: several radix nodes in one put (one commit, one future), each its own group;
+    a node stored whole already is a success without a write, a node half stored fails closed, and
+    the others are put without them, their bytes where the plan put them."""
+    c = fluxon.KvClient(shared_cluster.client_config())
+    b = HostlessBackend(c)
+    tag = f"bn{random.random()}"
+    stored, half, a, z = node(tag + "s", 2), node(tag + "h", 3), node(tag + "a", 2), node(tag + "z", 1)
+    assert b.backup_node(stored, 4096, fill(1))
+    assert b.backup_node(NodeStorage(half.keys[:1]), 4096, fill(1))
+    b.poll(5)
+    written = []
+
+    def write(plan, batch):
+        written.append([n.keys for n in batch])
+        for i, ptr in enumerate(fluxon.plan_pointers(plan)):
+            ctypes.memset(ptr, 40 + i, 4096)
+    nodes = [a, NodeStorage(list(stored.keys)), half, z]
+    assert b.backup_nodes(nodes, 4096, write) == [True, True, False, True]
+    assert written == [[a.keys, z.keys]]  # one plan, the two nodes left, in order
+    assert nodes[1].storage_backed and not half.storage_staged and not half.storage_backed
+    assert a.future is z.future and a.storage_pending
+    while b.poll(5) == 0:
+        pass
+    assert a.storage_backed and z.storage_backed and not (a.storage_pending or z.storage_pending)
+    h, r = c.get_start(a.keys + z.keys)
+    assert r.transferable_len == 3
+    plan = c.get_transfer(h)
+    for i, ptr in enumerate(fluxon.plan_pointers(plan)):
+        assert ctypes.string_at(ptr, 4096) == bytes([40 + i]) * 4096
+    c.release_views(plan)
+    c.close()
+
+
 def test_future_failure_clears_states_and_reports_the_dead_leaf(tmp_path):
     cl = Cluster(tmp_path, f"ff{free_port()}", owners=2).start()
     try:

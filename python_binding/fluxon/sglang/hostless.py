@@ -75,44 +75,81 @@ class HostlessBackend:
         returning once its writes are visible) and commits them. False when the backup was not
         started or failed closed; the node's state says where it stands. The node's pages are one
         atomic group (`atomic_group_lens=[len(node_pages)]`)."""
-        keys = node.keys
-        depths = [node.depth + i for i in range(len(keys))]  # the node's pages, where they sit in the tree
-        mask, budget = None, {}
-        if self.admission.policy != "none":
-            ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
-            mask = admit(ids, self.admission, [len(keys)], scores, depths=depths)
-            if self.admission.policy == "kv_score_pressure_budget":  # the owner cuts to its budget
-                budget = budget_args(ids, self.admission, [len(keys)], scores, self.tp_size)
-        # The node's pages continue one another and its parent's last page: the owner's prefix chain.
-        opts = fluxon.PutOptionalArgs(atomic_group_lens=[len(keys)], make_replica_task=mask is not None,
-                                      make_replica_task_mask=mask, radix_parent_keys=[node.parent_key] + keys[:-1],
-                                      content_depths=depths, **budget)
-        node.storage_staged = True
-        self.counters["backup_started"] += 1
-        try:
-            plan = self.client.local_fast_put_start(keys, value_len, opts)
-        except fluxon.KeyConflict as e:
-            node.storage_staged = False
-            self.counters["backup_conflict"] += 1
-            if len(e.indices) == len(keys) and all(r == "exists" for r in e.reasons):
-                node.storage_backed = True  # already stored, whole
-                return True
-            return False  # half a group cannot be backed up: fail closed
-        try:
-            write_values(plan)
-        except BaseException as exc:
-            # Failure-table row: native write failed after put_start -> put_abort.
-            self.client.put_abort(plan)
-            node.storage_staged = False
-            node.error = exc
-            self.counters["backup_write_failed"] += 1
-            return False
-        node.future = self.client.local_fast_put_commit(plan)
-        node.storage_local_ready = True
-        node.storage_pending = True
-        with self._lock:
-            self._pending.append(node)
-        return True
+        return self.backup_nodes([node], value_len, lambda plan, _nodes: write_values(plan),
+                                 [scores] if scores is not None else None)[0]
+
+    def backup_nodes(self, nodes: Sequence[NodeStorage], value_len: int,
+                     write_values: Callable[[int, List[NodeStorage]], None],
+                     scores: Optional[Sequence[Sequence[float]]] = None) -> List[bool]:
+        """backup_node for several radix nodes in one put batch (SGLang's backup thread batches its
+        pages the same way): each node its own atomic group, admitted on its own; one commit, one
+        future for all. `write_values(plan_ptr, nodes_in_plan)` writes the plan's pages, node after
+        node. When some nodes' keys are stored or on their way already (KeyConflict), those nodes
+        leave the batch — whole: stored everywhere is a success, otherwise not started — and the rest
+        is put once more. Returns, per node, what backup_node would."""
+        done: List[Optional[bool]] = [None] * len(nodes)
+        todo = list(range(len(nodes)))
+        for _attempt in range(2):
+            if not todo:
+                break
+            batch = [nodes[i] for i in todo]
+            keys = [k for n in batch for k in n.keys]
+            depths = [n.depth + j for n in batch for j in range(len(n.keys))]
+            parents = [p for n in batch for p in [n.parent_key] + n.keys[:-1]]
+            groups = [len(n.keys) for n in batch]
+            mask, budget = None, {}
+            if self.admission.policy != "none":
+                ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
+                sc = [x for i in todo for x in scores[i]] if scores is not None else None
+                mask = admit(ids, self.admission, groups, sc, depths=depths)
+                if self.admission.policy == "kv_score_pressure_budget":  # the owner cuts to its budget
+                    budget = budget_args(ids, self.admission, groups, sc, self.tp_size)
+            # Each node's pages continue one another and its parent's last page: the owner's prefix chain.
+            opts = fluxon.PutOptionalArgs(atomic_group_lens=groups, make_replica_task=mask is not None,
+                                          make_replica_task_mask=mask, radix_parent_keys=parents,
+                                          content_depths=depths, **budget)
+            for n in batch:
+                n.storage_staged = True
+            self.counters["backup_started"] += len(batch)
+            try:
+                plan = self.client.local_fast_put_start(keys, value_len, opts)
+            except fluxon.KeyConflict as e:
+                at = {keys[i]: r for i, r in zip(e.indices, e.reasons)}
+                left = []
+                for i, n in zip(todo, batch):
+                    n.storage_staged = False
+                    hit = [at[k] for k in n.keys if k in at]
+                    if not hit:
+                        left.append(i)
+                        continue
+                    self.counters["backup_conflict"] += 1
+                    if len(hit) == len(n.keys) and all(r == "exists" for r in hit):
+                        n.storage_backed = True  # already stored, whole
+                        done[i] = True
+                    else:
+                        done[i] = False  # half a group cannot be backed up: fail closed
+                todo = left
+                continue
+            try:
+                write_values(plan, batch)
+            except BaseException as exc:
+                # Failure-table row: native write failed after put_start -> put_abort.
+                self.client.put_abort(plan)
+                for i, n in zip(todo, batch):
+                    n.storage_staged = False
+                    n.error = exc
+                    done[i] = False
+                self.counters["backup_write_failed"] += len(batch)
+                return [bool(d) for d in done]
+            future = self.client.local_fast_put_commit(plan)
+            for i, n in zip(todo, batch):
+                n.future = future
+                n.storage_local_ready = n.storage_pending = True
+                done[i] = True
+            with self._lock:
+                self._pending.extend(batch)
+            todo = []
+        return [bool(d) for d in done]
 
     def poll(self, timeout_s: float = 0.0) -> int:
         """Settles finished futures; returns how many nodes changed state."""
