@@ -114,7 +114,7 @@ std::unique_ptr<Workers<Fetch>> make_fetcher(std::shared_ptr<Segment> seg, caf::
       }
       ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset});
     }
-    if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges);
+    if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges, b.read ? kDataFlagRead : 0);
     if (st.is_ok() && f.fail) st = Status(Code::kTimeout, "injected fetch failure");
     if (auto a = caf::actor_cast<caf::actor>(owner))
       caf::anon_send(a, fetched_atom::value, b.id, uint8_t(st.code()), st.message());
@@ -364,6 +364,8 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
       [=](tick_atom) {
         auto& st = self->state;
         const int64_t now = now_ms();
+        // Peers' reads of this owner's copies since the last tick: the eviction order follows them.
+        if (auto reads = st.data_server->take_reads(); !reads.empty()) st.driver->on_peer_reads(reads);
         st.driver->tick(now);
         if (now - st.last_metrics >= 1000) {
           st.last_metrics = now;

@@ -56,6 +56,15 @@ uint64_t ReservePool::slot_offset(SlotRef r) const {
   return uint64_t(r.grant) * grant_bytes_ + uint64_t(r.index) * grants_[r.grant].slot_size;
 }
 
+std::optional<SlotRef> ReservePool::slot_at(uint64_t offset) const {
+  const uint64_t g = offset / grant_bytes_;
+  if (g >= grants_.size() || grants_[g].slot_size == 0) return std::nullopt;
+  const uint64_t within = offset - g * grant_bytes_;
+  if (within % grants_[g].slot_size != 0 || within / grants_[g].slot_size >= grants_[g].slots.size())
+    return std::nullopt;
+  return SlotRef{uint32_t(g), uint32_t(within / grants_[g].slot_size)};
+}
+
 uint64_t ReservePool::available_slots(uint64_t slot_size) const {
   auto c = classes_.find(slot_size);
   const uint64_t free = c == classes_.end() ? 0 : c->second.free.size();

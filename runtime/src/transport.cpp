@@ -1,5 +1,7 @@
 #include "fluxon/runtime/transport.hpp"
 
+#include <utility>
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -19,7 +21,7 @@ namespace {
 struct RequestHeader {
   uint32_t magic, version;
   uint64_t generation;
-  uint32_t count, reserved;
+  uint32_t count, flags;
 };
 struct RangeWire {
   uint64_t offset, len;
@@ -205,6 +207,16 @@ void DataServer::serve(int fd) {
     if (!ok) break;
     bytes_served_ += rep.total;
     requests_served_++;
+    if (h.flags & kDataFlagRead) {
+      std::lock_guard<std::mutex> g(reads_m_);
+      for (const auto& r : ranges) {
+        if (reads_.size() >= kReadLog) {
+          reads_dropped_++;
+          continue;
+        }
+        reads_.push_back(r.offset);
+      }
+    }
   }
   ::close(fd);
   std::lock_guard<std::mutex> g(m_);
@@ -256,8 +268,13 @@ void TcpFetcher::give_back(const std::string& host, uint16_t port, int fd) {
   v.push_back(fd);
 }
 
+std::vector<uint64_t> DataServer::take_reads() {
+  std::lock_guard<std::mutex> g(reads_m_);
+  return std::exchange(reads_, {});
+}
+
 Status TcpFetcher::read(const std::string& host, uint16_t port, uint64_t generation,
-                        const std::vector<ReadRange>& ranges) {
+                        const std::vector<ReadRange>& ranges, uint32_t flags) {
   if (ranges.empty()) return Status::ok();
   if (ranges.size() > kDataMaxRanges)
     return invalid_argument("data plane: " + std::to_string(ranges.size()) + " ranges in one request (max " +
@@ -267,7 +284,7 @@ Status TcpFetcher::read(const std::string& host, uint16_t port, uint64_t generat
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto fd = take(host, port);
     if (!fd.ok()) return fd.status();
-    RequestHeader h{kDataMagic, kDataVersion, generation, uint32_t(ranges.size()), 0};
+    RequestHeader h{kDataMagic, kDataVersion, generation, uint32_t(ranges.size()), flags};
     std::vector<RangeWire> wire(ranges.size());
     uint64_t total = 0;
     for (size_t i = 0; i < ranges.size(); ++i) {

@@ -34,6 +34,20 @@ TEST_CASE("data plane: ranges of a served segment arrive intact, in one request"
   CHECK((*srv)->bytes_served() == 2 * (4096 + 65536 + 1));
 }
 
+TEST_CASE("data plane: ranges read for a reader (kDataFlagRead) are logged for the serving owner, copies are not") {
+  std::vector<uint8_t> seg(1 << 16, 3);
+  auto srv = DataServer::start("127.0.0.1", 0, seg.data(), seg.size(), 9);
+  REQUIRE(srv.ok());
+  TcpFetcher f(2000);
+  std::vector<uint8_t> a(4096), b(4096);
+  REQUIRE(f.read("127.0.0.1", (*srv)->port(), 9, {{8192, 4096, a.data()}, {0, 4096, b.data()}}, kDataFlagRead).is_ok());
+  REQUIRE(f.read("127.0.0.1", (*srv)->port(), 9, {{4096, 4096, a.data()}}).is_ok());  // a copy: not logged
+  for (int i = 0; i < 1000 && (*srv)->requests_served() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK((*srv)->take_reads() == std::vector<uint64_t>{8192, 0});
+  CHECK((*srv)->take_reads().empty());  // taken once
+  CHECK((*srv)->reads_dropped() == 0);
+}
+
 TEST_CASE("data plane: wrong generation, ranges outside the segment and garbage are refused, the server lives on") {
   std::vector<uint8_t> seg(65536, 1);
   auto srv = DataServer::start("127.0.0.1", 0, seg.data(), seg.size(), 5);

@@ -603,6 +603,36 @@ TEST_CASE("replica tasks carry the prefix chain and depths: the remote_cache own
   check_quiet(c);
 }
 
+TEST_CASE("peer reads: a remote get's fetch counts as a read of the source's copies, a replica task's copy does not") {
+  sim::Cluster c(seed_from_env(103), small_owner(), 3, {"sglang_owner", "sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t sa = c.open_session(0), sb = c.open_session(1);
+  put_live(c, 0, sa, keys_of("pr-", 4));
+  // A reader on owner 1 fetches two of them: owner 0's copies were read, as by a local get.
+  auto g = get_start(c, 1, sb, {"pr-0", "pr-1"});
+  auto* r = g.body.AsGetStartReply();
+  REQUIRE(r);
+  REQUIRE(r->transferable_len == 2);
+  auto t = transfer(c, 1, sb, r->handle_id, 2);
+  REQUIRE(t.body.AsGetTransferReply());
+  release(c, 1, sb, t.body.AsGetTransferReply()->holding_ids);
+  CHECK(c.owner(0).counters().peer_read_keys_total == 2);
+  // A replica task copies the other two to the remote_cache owner: a copy, not a read.
+  put_opts(c, 0, sa, {"pr-r0", "pr-r1"}, true, false);
+  REQUIRE(c.run_until([&] { return c.owner(2).counters().replica_done_total == 2; }, 20000));
+  c.run_for(200);
+  CHECK(c.owner(0).counters().peer_read_keys_total == 2);
+  CHECK(c.owner(2).counters().peer_read_keys_total == 0);
+  // Reading the remote_cache owner's copy from owner 1 is a read there.
+  auto g2 = get_start(c, 1, sb, {"pr-r0"});
+  REQUIRE(g2.body.AsGetStartReply()->transferable_len == 1);
+  auto t2 = transfer(c, 1, sb, g2.body.AsGetStartReply()->handle_id, 1);
+  REQUIRE(t2.body.AsGetTransferReply());
+  release(c, 1, sb, t2.body.AsGetTransferReply()->holding_ids);
+  CHECK(c.owner(0).counters().peer_read_keys_total + c.owner(2).counters().peer_read_keys_total == 3);
+  check_quiet(c);
+}
+
 namespace {
 // A put of rank `rank` (of 2) of four 2-page groups g0..g3, named the same on both ranks' ids,
 // every group a candidate, under kv_score_pressure_budget (`pages` at full pressure).

@@ -81,7 +81,7 @@ void GetFlights::clear_marker(const std::string& key, uint64_t flight_id) {
 }
 
 GetFlights::TransferRound GetFlights::prepare_transfers(Millis now, Outbox& out) {
-  using PeerKey = std::tuple<uint32_t, uint64_t, std::string, uint16_t>;
+  using PeerKey = std::tuple<uint32_t, uint64_t, std::string, uint16_t, bool>;
   std::map<PeerKey, TransferBatch> batches;
   std::map<PeerKey, std::vector<uint64_t>> members;
   std::vector<std::pair<uint64_t, std::string>> failed;
@@ -109,8 +109,10 @@ GetFlights::TransferRound GetFlights::prepare_transfers(Millis now, Outbox& out)
     s_.pool.begin_pending(*f.slot);
     f.phase = Phase::kFinishing;
     fetchable_.erase(fid);
-    const PeerKey k{f.source_node, f.source_generation, f.host, f.port};
+    // Reads for a reader and copies for a replica task travel apart: the source counts the first.
+    const PeerKey k{f.source_node, f.source_generation, f.host, f.port, !f.held};
     TransferBatch& b = batches[k];
+    b.read = !f.held;
     b.source_node = f.source_node;
     b.source_generation = f.source_generation;
     b.host = f.host;
@@ -186,6 +188,7 @@ std::vector<uint64_t> GetFlights::start_held(const std::vector<std::string>& key
     const uint64_t fid = new_flight(key, batch, uint32_t(start.keys.size()), /*wanted=*/true);
     if (i < parents.size()) flights_.at(fid).parent = parents[i];
     if (i < depths.size()) flights_.at(fid).depth = depths[i];
+    flights_.at(fid).held = true;
     ids.push_back(fid);
     start.get_ids.push_back(fid);
     start.keys.push_back(key);

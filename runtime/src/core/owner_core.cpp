@@ -247,6 +247,18 @@ void OwnerCore::on_transfer_done(uint64_t id, const Status& result, Millis now, 
   serve_waiters_if_freed(out);
 }
 
+void OwnerCore::on_peer_reads(const std::vector<uint64_t>& offsets) {
+  for (const uint64_t off : offsets) {
+    const auto slot = s_.pool.slot_at(off);
+    const std::string* key = slot ? s_.local.key_at(*slot) : nullptr;
+    if (!key) continue;  // gone since (evicted, replaced): nothing to count
+    if (auto it = s_.local.find(*key); it != s_.local.end() && it->second.live) {
+      s_.local.touch(*key);
+      s_.counters.peer_read_keys_total++;
+    }
+  }
+}
+
 void OwnerCore::tick(Millis now, Outbox& out) {
   now_ = now;
   gets_.flush(now, out);

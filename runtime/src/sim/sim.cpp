@@ -97,6 +97,11 @@ void Cluster::Ports::fetch(TransferBatch transfer, bool fail, Millis delay) {
         c.owners_[owner].mem[it.dst_offset] = std::move(bytes);
       }
       c.transfers_done_++;
+      if (batch->read) {  // the source's data plane logs a reader's ranges, as the daemon's does
+        std::vector<uint64_t> offsets;
+        for (const auto& it : batch->items) offsets.push_back(it.src_offset);
+        c.owners_[src].driver->on_peer_reads(offsets);
+      }
     } else {
       c.transfers_failed_++;
     }

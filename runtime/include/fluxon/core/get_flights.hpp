@@ -95,6 +95,7 @@ class GetFlights {
     uint32_t group = 0;
     std::string parent;         // the key before it in the leader's prefix read ("": none known)
     uint32_t depth = LocalIndex::kNoDepth;  // its depth in that prefix (a replica task's; else not known)
+    bool held = false;          // started for others (start_held: a replica task), not for a reader
     uint32_t source_node = 0;
     uint64_t source_generation = 0, src_offset = 0, len = 0;
     Version ver;

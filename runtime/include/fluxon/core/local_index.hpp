@@ -53,6 +53,11 @@ class LocalIndex {
   Map::iterator end() { return entries_.end(); }
   Map::const_iterator end() const { return entries_.end(); }
   bool contains(const std::string& key) const { return entries_.count(key) != 0; }
+  // The key whose entry holds `slot`, or null.
+  const std::string* key_at(SlotRef slot) const {
+    auto it = by_slot_.find(slot.packed());
+    return it == by_slot_.end() ? nullptr : &it->second;
+  }
   Entry& at(const std::string& key) { return entries_.at(key); }
   const Map& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
@@ -129,6 +134,7 @@ class LocalIndex {
   PrefixChains<std::string> chains_;
   std::set<CohortId> remote_complete_;
   std::unordered_map<std::string, uint32_t> depths_;  // known depths of the entries
+  std::unordered_map<uint64_t, std::string> by_slot_;  // SlotRef::packed() -> the key held there
   std::optional<DepthOrder> order_;
   bool tp_cohorts_;
 };

@@ -63,6 +63,9 @@ class OwnerCore {
   bool gets_to_flush() const { return gets_.to_flush(); }
   // The data plane finished TransferBatch `id` (ok or not).
   void on_transfer_done(uint64_t id, const Status& result, Millis now, Outbox& out);
+  // Peers read these offsets of the segment for their readers (the data plane logs them): each copy
+  // there counts as read, as a local get would (its place in the eviction and write-back orders).
+  void on_peer_reads(const std::vector<uint64_t>& offsets);
   // Where peers fetch this owner's bytes; sent with every registration.
   void set_data_address(std::string host, uint16_t port) { data_host_ = std::move(host), data_port_ = port; }
 

@@ -32,6 +32,7 @@ struct TransferBatch {
   std::string host;
   uint16_t port = 0;
   std::vector<TransferItem> items;
+  bool read = false;  // for readers (gets), not copies: the source counts it as reads (kDataFlagRead)
 };
 
 struct OwnerOut {

@@ -68,6 +68,8 @@ class OwnerDriver {
   void master_up(Millis now, bool reconnected);
   void master_down() { master_up_ = false; }
   void on_transfer_done(uint64_t id, const Status& result, Millis now);
+  // Peers read these offsets of this owner's segment for their readers (the data plane's log).
+  void on_peer_reads(const std::vector<uint64_t>& offsets) { core_.on_peer_reads(offsets); }
   void flush(Millis now);
   void tick(Millis now);
   void remove_key(const std::string& key, Millis now);

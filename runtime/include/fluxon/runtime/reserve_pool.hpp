@@ -64,6 +64,8 @@ class ReservePool {
 
   uint64_t grant_bytes() const { return grant_bytes_; }
   uint64_t slot_offset(SlotRef r) const;
+  // The slot that starts at `offset`, if a grant serving a class holds one there.
+  std::optional<SlotRef> slot_at(uint64_t offset) const;
   uint64_t slot_size(SlotRef r) const { return grants_[r.grant].slot_size; }
   const Slot& slot(SlotRef r) const { return grants_[r.grant].slots[r.index]; }
 

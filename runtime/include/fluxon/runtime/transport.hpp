@@ -3,7 +3,7 @@
 // time (rdma_probe) and reported — the verbs data path waits for hardware to test it on.
 //
 // Wire (little endian, one request and one reply at a time per connection):
-//   request  = magic u32 'FXDP', version u32 = 1, generation u64, count u32, reserved u32,
+//   request  = magic u32 'FXDP', version u32 = 1, generation u64, count u32, flags u32 (kDataFlag*),
 //              count x (offset u64, len u64)
 //   reply    = magic u32, status u32 (DataStatus), total u64, then `total` bytes: the ranges in order
 // A reply with status != ok carries no bytes. Bulk bytes go from the server's mapped segment to the
@@ -25,6 +25,9 @@ namespace fluxon {
 constexpr uint32_t kDataMagic = 0x50445846;  // "FXDP"
 constexpr uint32_t kDataVersion = 1;
 constexpr uint32_t kDataMaxRanges = 1u << 16;
+// The ranges serve a reader (a get), not a copy (a replica or write-back): the serving owner counts
+// them as reads of its copies (its eviction order follows them).
+constexpr uint32_t kDataFlagRead = 1;
 
 enum class DataStatus : uint32_t { kOk = 0, kGenerationMismatch = 1, kOutOfRange = 2, kBadRequest = 3 };
 
@@ -48,6 +51,11 @@ class DataServer {
   uint64_t bytes_served() const { return bytes_served_.load(); }
   uint64_t requests_served() const { return requests_served_.load(); }
   uint64_t requests_refused() const { return requests_refused_.load(); }
+  // The offsets of the ranges served with kDataFlagRead since the last call (at most kReadLog
+  // kept between two calls; past it they are dropped, counted).
+  static constexpr size_t kReadLog = 1 << 16;
+  std::vector<uint64_t> take_reads();
+  uint64_t reads_dropped() const { return reads_dropped_.load(); }
 
  private:
   DataServer(int fd, uint16_t port, const uint8_t* base, uint64_t len, uint64_t generation, uint32_t max_conns);
@@ -61,7 +69,9 @@ class DataServer {
   uint64_t generation_;
   uint32_t max_conns_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> bytes_served_{0}, requests_served_{0}, requests_refused_{0};
+  std::atomic<uint64_t> bytes_served_{0}, requests_served_{0}, requests_refused_{0}, reads_dropped_{0};
+  std::mutex reads_m_;
+  std::vector<uint64_t> reads_;
   std::mutex m_;
   std::map<int, std::thread> conns_;   // fd -> its thread
   std::vector<std::thread> finished_;  // threads whose connection ended, joined later
@@ -75,7 +85,8 @@ class TcpFetcher {
   explicit TcpFetcher(uint32_t timeout_ms = 10000) : timeout_ms_(timeout_ms) {}
   ~TcpFetcher();
   // All ranges or an error; after an error the destinations may hold partial bytes.
-  Status read(const std::string& host, uint16_t port, uint64_t generation, const std::vector<ReadRange>& ranges);
+  Status read(const std::string& host, uint16_t port, uint64_t generation, const std::vector<ReadRange>& ranges,
+              uint32_t flags = 0);
   uint64_t connects() const { return connects_.load(); }
 
  private:
