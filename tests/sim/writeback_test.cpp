@@ -519,6 +519,40 @@ TEST_CASE("recoverable-first eviction: with inclusive write-back, the written-ba
       for (const auto& k : g) CHECK_MESSAGE(!c.master().replica_nodes(k).empty(), k, " lost its last copy");
 }
 
+TEST_CASE("unbacked: when a target drops the last target copy of a written-back cohort the source hears of it - the mark goes, the cohort is written back again in its turn") {
+  sim::Cluster c(seed_from_env(343), hot_owner(false), 2, {"sglang_owner", "remote_cache"});
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  const auto groups = fill(c, s);
+  REQUIRE(c.run_until(
+      [&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().writeback_backed_keys_total > 0; },
+      60000));
+  std::string key;
+  for (const auto& g : groups)
+    if (key.empty() && c.master().replica_nodes(g[0]) == std::vector<uint32_t>{1, 2}) key = g[0];
+  REQUIRE(!key.empty());
+  REQUIRE(c.owner(0).remote_complete(key));
+  // The remote_cache owner lets its copy go (its own eviction would do the same).
+  c.remove_key(1, key);
+  REQUIRE(c.run_until([&] { return c.master().replica_nodes(key) == std::vector<uint32_t>{1}; }, 20000));
+  CHECK(c.master().counters().unbacked_noted_total == 1);
+  // The notice rides on the source's next master reply (a put here).
+  put_commit(c, 0, s, {"after-0"});
+  REQUIRE(c.run_until([&] { return c.owner(0).counters().unbacked_keys_total > 0; }, 20000));
+  // Not recoverable any more: capacity eviction would lose the last copy of it.
+  CHECK_FALSE(c.owner(0).remote_complete(key));
+  // Back in the hot tier: newer puts push it out again, and it is written back in its turn.
+  for (int p = 0; p < 30 && c.master().replica_nodes(key) != std::vector<uint32_t>{1, 2}; ++p) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 10; ++i) keys.push_back("push-" + std::to_string(p) + "-" + std::to_string(i));
+    put_commit(c, 0, s, keys, {5, 5});
+    c.run_for(100);
+  }
+  REQUIRE(c.run_until([&] { return c.master().replica_nodes(key) == std::vector<uint32_t>{1, 2}; }, 60000));
+  REQUIRE(c.run_until([&] { return c.owner(0).writebacks_pending() == 0; }, 60000));
+  CHECK(c.owner(0).remote_complete(key));
+}
+
 namespace {
 
 // `puts` puts of two groups of 5 on owner 0 of a GPU owner + remote_cache cluster; returns

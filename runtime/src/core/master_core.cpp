@@ -49,8 +49,35 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   if (reps.empty()) {
     routes_.erase(it);
     counters_.routes_removed_total++;
+  } else if (is_replica_target(node_id)) {
+    note_unbacked(key, it->second);
   }
   return true;
+}
+
+void MasterCore::note_unbacked(const std::string& key, const Route& r) {
+  for (const auto& rep : r.replicas)
+    if (is_replica_target(rep.node_id)) return;  // another target copy still backs the sources
+  for (const auto& rep : r.replicas) {
+    auto& q = unbacked_[rep.node_id];
+    if (q.size() >= kUnbackedPerNode) {
+      counters_.unbacked_dropped_total++;
+      continue;
+    }
+    q.push_back(key);
+    counters_.unbacked_noted_total++;
+  }
+}
+
+void MasterCore::hand_unbacked(uint32_t node, Envelope& reply) {
+  auto it = unbacked_.find(node);
+  if (it == unbacked_.end()) return;
+  auto& q = it->second;
+  while (!q.empty() && reply.unbacked.size() < kUnbackedPerReply) {
+    reply.unbacked.push_back(std::move(q.front()));
+    q.pop_front();
+  }
+  if (q.empty()) unbacked_.erase(it);
 }
 
 void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation) {
@@ -90,6 +117,7 @@ void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
 uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
   OwnerInfo& o = owners_[node_id];
   if (generation <= o.generation && o.generation != 0) return 0;
+  unbacked_.erase(node_id);  // notices about the copies of its old generation
   uint64_t dropped = 0;
   if (o.generation != 0) {
     // A restarted owner is rare; a scan of the table then saves a per-node key index (a second
@@ -311,7 +339,9 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   }
   // The requests that name their node: their replies carry the node's T2 victims (Envelope.evict).
   auto with_victims = [this](uint32_t node, Envelope reply) {
-    if (!tiers_.empty() && !reply.body.AsError()) hand_victims(node, reply);
+    if (reply.body.AsError()) return reply;
+    if (!tiers_.empty()) hand_victims(node, reply);
+    hand_unbacked(node, reply);
     return reply;
   };
   if (auto* pd = req.body.AsPutDone()) return with_victims(pd->node_id, put_done(*pd));

@@ -163,6 +163,7 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
 void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
   now_ = now;
   if (!reply.evict.empty()) take_tier_victims(reply, now, out);
+  if (!reply.unbacked.empty()) writeback_.unbacked(reply.unbacked, now, out);
   const JobKind kind = OwnerShared::kind_of(token);
   if (kind == JobKind::kProxy) {
     if (auto p = proxied_.find(token); p != proxied_.end()) {
@@ -513,6 +514,14 @@ int OwnerCore::local_state(const std::string& key) const {
   auto it = s_.local.find(key);
   if (it == s_.local.end()) return 0;
   return it->second.live ? 2 : 1;
+}
+
+bool OwnerCore::remote_complete(const std::string& key) const {
+  auto it = s_.local.find(key);
+  if (it == s_.local.end()) return false;
+  for (const auto& id : s_.local.exact_cohort({it->second.put_id, it->second.group}))
+    if (!s_.local.remote_complete(id)) return false;
+  return true;
 }
 
 OwnerStats OwnerCore::stats() const {

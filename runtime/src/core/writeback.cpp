@@ -21,6 +21,35 @@ void WriteBack::admit(const std::vector<LiveEntry>& live, Millis now, Outbox& ou
   // writing it back would spend the pipeline on a copy that exists (it is evicted in the depth
   // order, as the deepest when its depth is not known).
   if (!hot_tier || (!puts && s_.local.depth_order())) return;
+  enter_hot(live, now, out);
+}
+
+void WriteBack::unbacked(const std::vector<std::string>& keys, Millis now, Outbox& out) {
+  auto* hot_tier = s_.replica_target ? nullptr : s_.local.hot();
+  std::vector<LiveEntry> back;
+  for (const auto& key : keys) {
+    auto it = s_.local.find(key);
+    if (it == s_.local.end() || !it->second.live) continue;  // gone here too, or leaving
+    bool cleared = false;
+    for (const CohortId& id : s_.local.exact_cohort({it->second.put_id, it->second.group}))
+      cleared = s_.local.clear_remote_complete(id) || cleared;
+    if (!cleared) continue;  // never written back by this owner, or heard already
+    s_.counters.unbacked_keys_total++;
+    // Its whole exact cohort rejoins the hot tier together (A1), as when it went live.
+    for (const CohortId& id : s_.local.exact_cohort({it->second.put_id, it->second.group}))
+      if (const auto* members = s_.local.cohort(id))
+        for (const auto& k : *members) {
+          auto m = s_.local.find(k);
+          if (m != s_.local.end() && m->second.live && s_.local.resident().contains(k) &&
+              !(hot_tier && hot_tier->contains(k)))
+            back.push_back(LiveEntry{k, {m->second.put_id, m->second.group}, s_.pool.slot_size(m->second.slot)});
+        }
+  }
+  if (hot_tier && !back.empty()) enter_hot(back, now, out);
+}
+
+void WriteBack::enter_hot(const std::vector<LiveEntry>& live, Millis now, Outbox& out) {
+  auto* hot_tier = s_.local.hot();
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> evicted;
   for (const auto& e : live) (void)hot_tier->insert(e.key, e.ref, e.weight, &evicted);
   if (const DepthOrder* order = s_.local.depth_order()) {

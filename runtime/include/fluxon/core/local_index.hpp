@@ -113,11 +113,13 @@ class LocalIndex {
   // the exact cohort of `id` continues one of its pages (a leaf: taking it orphans nothing).
   // Remote-complete cohorts: a write-back found every key of the exact cohort set backed on a
   // target-role owner (inclusive write-back: both copies stay). Evicting one loses no hit while
-  // those copies stay (the mark is not withdrawn if a target evicts its copy later).
+  // those copies stay; the master's unbacked notice withdraws the mark once the last one went.
   void mark_remote_complete(CohortId id) {
     if (cohorts_.count(id)) remote_complete_.insert(id);
   }
   bool remote_complete(CohortId id) const { return remote_complete_.count(id) != 0; }
+  // The target's copy went (the master's unbacked notice): the cohort is this owner's own again.
+  bool clear_remote_complete(CohortId id) { return remote_complete_.erase(id) != 0; }
   // `going`: pages -> their children already selected (they do not count).
   using Going = std::unordered_map<std::string, uint32_t>;
   bool chained() const { return chains_.linked() > 0; }

@@ -166,6 +166,12 @@ class MasterCore {
   void tiers_tick(Millis now);
   // The victims ready for `node` go on its reply.
   void hand_victims(uint32_t node, Envelope& reply);
+  // Unbacked notices: a target-role copy went and no other one is left, while sources keep theirs;
+  // each source hears of it on its next reply (Envelope.unbacked), at most kUnbackedPerNode waiting.
+  std::map<uint32_t, std::deque<std::string>> unbacked_;
+  static constexpr size_t kUnbackedPerNode = 65536, kUnbackedPerReply = 1024;
+  void note_unbacked(const std::string& key, const Route& r);
+  void hand_unbacked(uint32_t node, Envelope& reply);
   // Queues a write-back replica task of key from source (once per version until kWriteBackTaskMs).
   void queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent, int32_t depth,
                        Millis now);

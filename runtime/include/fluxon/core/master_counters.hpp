@@ -41,6 +41,8 @@
   X(writeback_backed_total, "fluxon_master_writeback_backed_total", "", "Write-back keys found held by a target-role owner") \
   X(writeback_obsolete_total, "fluxon_master_writeback_obsolete_total", "", "Write-back keys whose sender held no copy of that version") \
   X(writeback_no_target_total, "fluxon_master_writeback_no_target_total", "", "Write-back keys refused: no target-role owner") \
+  X(unbacked_noted_total, "fluxon_master_unbacked_noted_total", "", "Keys whose last target-role copy went while a source kept its copy: the source is told") \
+  X(unbacked_dropped_total, "fluxon_master_unbacked_dropped_total", "", "Unbacked notices dropped at a node's bound (kUnbackedPerNode)") \
   /* Single-copy demotion: a fenced reclaim with demote set (master_reclaim.cpp). */ \
   X(demoted_keys_total, "fluxon_master_demoted_keys_total", "", "Source copies dropped by single-copy demotion") \
   X(demote_kept_total, "fluxon_master_demote_kept_total", "", "Demotion fences refused: a key had no target copy of its version") \

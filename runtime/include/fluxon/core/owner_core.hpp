@@ -84,6 +84,8 @@ class OwnerCore {
   bool ready() const { return populated_bytes_ >= warmup_bytes_; }
   // Local visibility of a key (tests): 0 = absent, 1 = pending local visible, 2 = route live.
   int local_state(const std::string& key) const;
+  // Whether key's exact cohort is remote-complete here (tests): a target holds a copy of all of it.
+  bool remote_complete(const std::string& key) const;
   // Drop the route and local entry of key: route first, then S2.
   void remove_key(const std::string& key, Millis now, Outbox& out);
   // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.

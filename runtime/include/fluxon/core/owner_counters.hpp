@@ -133,7 +133,8 @@
   X(demote_kept_total, "fluxon_owner_demote_kept_total", "", "Demotions refused (the remote copy went first): copies kept") \
   X(reclaim_kept_last_copy_total, "fluxon_owner_reclaim_kept_last_copy_total", "", "Evictions refused by the master (Kept): a T2 victim chosen as a duplicate had become the last copy") \
   X(demote_kept_keys_total, "fluxon_owner_demote_kept_keys_total", "", "Keys a demotion kept here: no target copy, or retries ran out") \
-  X(demote_obsolete_keys_total, "fluxon_owner_demote_obsolete_keys_total", "", "Keys that left a demotion replaced or removed meanwhile")
+  X(demote_obsolete_keys_total, "fluxon_owner_demote_obsolete_keys_total", "", "Keys that left a demotion replaced or removed meanwhile") \
+  X(unbacked_keys_total, "fluxon_owner_unbacked_keys_total", "", "Remote-complete keys whose target copy went (the master said): their cohort is this owner's own again, back in the hot tier")
 
 // Exists (exists.hpp): exists_prefix questions.
 #define FLUXON_OWNER_EXISTS_COUNTERS(X) \

@@ -44,6 +44,10 @@ class WriteBack {
     Status status;
   };
   std::vector<WriteThroughDone> take_write_through_done() { return std::exchange(through_done_, {}); }
+  // The master's unbacked notice: these keys' last target-role copy went. A remote-complete cohort
+  // among them is this owner's own again (the mark withdrawn) and rejoins the hot tier, to be
+  // written back again in its turn.
+  void unbacked(const std::vector<std::string>& keys, Millis now, Outbox& out);
   // Capacity eviction took `cohort` first: its write-back has nothing left to copy or demote.
   void cohort_evicted(CohortId cohort);
 
@@ -71,6 +75,8 @@ class WriteBack {
     std::vector<std::pair<uint64_t, size_t>> jobs;  // (job, its keys in the request)
     Millis expires = 0;  // no reply by then: forgotten (its jobs are sent again in a new batch)
   };
+  // Live entries join the hot tier; what it lets go (its share, the depth order) is written back.
+  void enter_hot(const std::vector<LiveEntry>& live, Millis now, Outbox& out);
   void write_back(const std::vector<std::pair<std::string, LocalIndex::ResidentRef>>& evicted, Millis now,
                   Outbox& out, bool spill = false);
   // Spill: fewer than spill_free_ratio of this slot class's slots are free or still to carve.
