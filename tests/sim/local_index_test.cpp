@@ -166,6 +166,15 @@ TEST_CASE("DepthOrder: stale first (oldest first), then the deepest, the least r
   CHECK(order() == V{"a2", "b1", "a1", "root"});
   CHECK(o.size() == 4);
   CHECK(DepthOrder::kUnknown > 1000000);  // no depth: ordered as the deepest
+  // What a newcomer may be and not be the next victim: nothing stale, so the deepest here (a2: 2).
+  CHECK(o.keep_cut() == std::optional<uint32_t>(2));
+  o.admit("d1", 1, 4096);
+  o.admit("d1b", 1, 4096);
+  o.admit("d1c", 1, 4096);
+  o.admit("d1d", 1, 4096);  // b1 and root untouched for more than 3 admissions: stale, they go first
+  CHECK(o.stale("b1"));
+  CHECK(o.keep_cut() == std::nullopt);
+  CHECK(DepthOrder(4096).keep_cut() == std::nullopt);  // empty
 }
 
 TEST_CASE("ReplicaBudget: the pressure is evicted per admitted slot over the last window, fading in proportion") {

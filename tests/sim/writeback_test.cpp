@@ -202,6 +202,56 @@ size_t check_copies(sim::Cluster& c, const std::vector<std::vector<std::string>>
 
 }  // namespace
 
+TEST_CASE("write-back admission: a write-back deeper than every pressed target keeps is declined, a shallower one, a write_through's or a spill's is not") {
+  MasterCore m;
+  w_register(m, 1, "sglang_owner");
+  w_register(m, 2, "remote_cache");
+  for (const auto& k : {"d3", "d9", "wt9", "q9"}) w_put(m, 1, 7, k);
+  using S = wire::WriteBackStatus;
+  auto item = [](const std::string& key, int32_t depth, bool declinable) {
+    auto w = std::make_unique<wire::WriteBackItemT>(wire::WriteBackItemT{{}, key, 1, 1, 7});
+    w->depth = depth;
+    w->declinable = declinable;
+    return w;
+  };
+  auto back = [&](std::vector<std::unique_ptr<wire::WriteBackItemT>> items) {
+    wire::WriteBackT w;
+    w.node_id = 1;
+    w.generation = 1;
+    w.items = std::move(items);
+    return m.handle(make_envelope(std::move(w))).body.AsWriteBackReply()->status;
+  };
+  auto poll = [&](int32_t keep) {
+    wire::ReplicaPollT p;
+    p.node_id = 2;
+    p.generation = 1;
+    p.max = 64;
+    p.keep_depth = keep;
+    return m.handle(make_envelope(std::move(p))).body.AsReplicaPollReply()->keys;
+  };
+  // A target with room (keep_depth -1) takes anything: queued at depth 9.
+  CHECK(poll(-1).empty());
+  std::vector<std::unique_ptr<wire::WriteBackItemT>> first;
+  first.push_back(item("q9", 9, true));
+  CHECK(back(std::move(first)) == std::vector<S>{S::Queued});
+  // The target is full and keeps down to depth 5: a depth-9 task already queued is not handed to it.
+  CHECK(poll(5).empty());
+  CHECK(m.counters().replica_tasks_declined_total == 1);
+  std::vector<std::unique_ptr<wire::WriteBackItemT>> items;
+  items.push_back(item("d3", 3, true));    // it keeps depth 3: queued
+  items.push_back(item("d9", 9, true));    // its next victim: declined, no task
+  items.push_back(item("wt9", 9, false));  // a write_through put's (or a spill's): never declined
+  items.push_back(item("q9", 9, true));    // asked again: declined now
+  CHECK(back(std::move(items)) == std::vector<S>{S::Queued, S::Declined, S::Queued, S::Declined});
+  CHECK(m.counters().writeback_declined_total == 2);
+  CHECK(poll(5) == std::vector<std::string>{"d3", "wt9"});
+  // Depth not known: never declined.
+  w_put(m, 1, 7, "nodepth");
+  std::vector<std::unique_ptr<wire::WriteBackItemT>> unknown;
+  unknown.push_back(item("nodepth", -1, true));
+  CHECK(back(std::move(unknown)) == std::vector<S>{S::Queued});
+}
+
 TEST_CASE("owner-hot write-back: evicted cohorts get a copy on the remote_cache owner, then leave whole (E16ap)") {
   sim::Cluster c(seed_from_env(301), hot_owner(true), 2, {"sglang_owner", "remote_cache"});
   c.run_for(10);

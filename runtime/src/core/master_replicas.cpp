@@ -38,10 +38,28 @@ Envelope MasterCore::write_back(const wire::WriteBackT& req, Millis now) {
       rep.status.push_back(wire::WriteBackStatus::NoTarget);
       continue;
     }
-    queue_writeback(item->key, v, req.node_id, item->parent, item->depth, now);
+    if (item->declinable && targets_decline(item->depth)) {
+      writeback_tasks_.erase(item->key);
+      counters_.writeback_declined_total++;
+      rep.status.push_back(wire::WriteBackStatus::Declined);
+      continue;
+    }
+    queue_writeback(item->key, v, req.node_id, item->parent, item->depth, now, item->declinable);
     rep.status.push_back(wire::WriteBackStatus::Queued);
   }
   return make_envelope(std::move(rep));
+}
+
+bool MasterCore::targets_decline(int32_t depth) const {
+  if (depth < 0) return false;
+  bool any = false;
+  for (const auto& [node, info] : owners_) {
+    if (!is_replica_target(node)) continue;
+    auto k = keep_depth_.find(node);
+    if (k == keep_depth_.end() || k->second < 0 || depth <= k->second) return false;  // this one keeps it
+    any = true;
+  }
+  return any;
 }
 
 bool MasterCore::target_besides(uint32_t node) const {
@@ -61,6 +79,7 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
   wire::ReplicaPollReplyT rep;
   const OwnerInfo& o = owners_[req.node_id];
   if (!is_replica_target(req.node_id) || req.generation != o.generation) return make_envelope(std::move(rep));
+  keep_depth_[req.node_id] = req.keep_depth;
   LastPoll& last = last_poll_[req.node_id];
   if (req.poll_id != 0 && last.poll_id == req.poll_id && last.generation == req.generation) {
     rep.keys = last.keys;  // T1: the reply was lost; the same tasks again
@@ -76,6 +95,10 @@ Envelope MasterCore::replica_poll(const wire::ReplicaPollT& req) {
     if (r == routes_.end() || !(r->second.ver == t.ver) || find_replica(r->second, req.node_id) ||
         t.source_node == req.node_id) {
       counters_.replica_tasks_obsolete_total++;
+      continue;
+    }
+    if (t.declinable && req.keep_depth >= 0 && t.depth > req.keep_depth) {  // the poller's next victim: not made
+      counters_.replica_tasks_declined_total++;
       continue;
     }
     rep.keys.push_back(std::move(t.key));

@@ -251,11 +251,10 @@ bool MasterCore::writeback_pending(const std::string& key, const Version& v, Mil
 }
 
 void MasterCore::queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent,
-                                 int32_t depth,
-                                 Millis now) {
+                                 int32_t depth, Millis now, bool declinable) {
   if (writeback_pending(key, v, now)) return;  // queued once per version until the task had time to finish
   if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
-  replica_queue_.push_back(ReplicaTask{key, v, source, parent, depth});
+  replica_queue_.push_back(ReplicaTask{key, v, source, parent, depth, declinable});
   writeback_tasks_[key] = {v, now + kWriteBackTaskMs};
   writeback_order_.emplace_back(now + kWriteBackTaskMs, key);
   counters_.writeback_tasks_total++;

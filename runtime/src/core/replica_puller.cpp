@@ -34,10 +34,22 @@ void ReplicaPuller::send_poll(Millis now, Outbox& out) {
   p.generation = s_.generation;
   p.max = poll_max_;
   p.poll_id = poll_id_;
+  p.keep_depth = keep_depth();
   const uint64_t tok = s_.new_token(JobKind::kReplicaPoll);
   poll_tokens_.push_back(tok);
   poll_sent_ = now;
   s_.to_master(tok, make_envelope(std::move(p)), out);
+}
+
+int32_t ReplicaPuller::keep_depth() const {
+  const DepthOrder* order = s_.local.depth_order();
+  if (!order || s_.pool.can_carve()) return -1;
+  bool pressed = false;  // a class near the free watermark: what comes in pushes something out
+  for (const auto& [size, slots] : s_.pool.class_slots())
+    pressed = pressed ||
+              slots.first <= std::max<uint64_t>(1, uint64_t(2 * s_.cfg.eviction_free_watermark * double(slots.second)));
+  const auto cut = pressed ? order->keep_cut() : std::nullopt;
+  return cut && *cut != DepthOrder::kUnknown ? int32_t(std::min<uint32_t>(*cut, INT32_MAX)) : -1;
 }
 
 bool ReplicaPuller::owns(uint64_t token) const {

@@ -135,7 +135,8 @@ void WriteBack::send_batch(const std::vector<uint64_t>& jobs, Millis now, Outbox
       w.items.push_back(std::make_unique<wire::WriteBackItemT>(
           wire::WriteBackItemT{{}, job.keys[i], job.versions[i].origin_node, job.versions[i].origin_generation,
                                job.versions[i].put_id, parent ? *parent : std::string(),
-                               wire_depth(s_.local.depth_of(job.keys[i]))}));
+                               wire_depth(s_.local.depth_of(job.keys[i])),
+                               /*declinable=*/job.through_put == 0 && !job.spill}));
     }
     // Asked again soon: a write-back is answered Queued until its copy lands, and the slots it
     // frees (demotion) wait for that answer.
@@ -236,6 +237,11 @@ bool WriteBack::settle(uint64_t id, const wire::WriteBackStatus* status) {
   Job& job = jobs_.at(id);
   size_t backed = 0;
   for (size_t i = 0; i < job.keys.size(); ++i) {
+    if (status[i] == wire::WriteBackStatus::Declined) {  // the target would evict it next: it stays ours
+      s_.counters.writeback_declined_keys_total += job.keys.size();
+      end(id, Status::ok());
+      return false;
+    }
     if (status[i] == wire::WriteBackStatus::Obsolete || status[i] == wire::WriteBackStatus::NoTarget) {
       s_.counters.writeback_abandoned_total++;  // the value moved on, or nowhere to copy it to
       const bool none = status[i] == wire::WriteBackStatus::NoTarget;

@@ -8,6 +8,7 @@
 // admitted, never time.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -49,6 +50,14 @@ class DepthOrder {
   bool stale(const std::string& key) const {
     auto it = items_.find(key);
     return it != items_.end() && clock_ - it->second.tick > stale_bytes_;
+  }
+
+  // The depth a page may have and not be the next victim: the deepest one here, when nothing is
+  // stale (a stale page goes first, whatever comes); nullopt then, or when empty. A page deeper
+  // than it, admitted now, would be taken next (equal depths: the older first).
+  std::optional<uint32_t> keep_cut() const {
+    if (by_depth_.empty() || clock_ - std::get<1>(*by_seq_.begin()) > stale_bytes_) return std::nullopt;
+    return std::get<0>(*by_depth_.begin());
   }
 
   // Visits keys in eviction order until `fn` returns true (the visit stops); fn must not change

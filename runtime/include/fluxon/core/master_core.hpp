@@ -174,7 +174,7 @@ class MasterCore {
   void hand_unbacked(uint32_t node, Envelope& reply);
   // Queues a write-back replica task of key from source (once per version until kWriteBackTaskMs).
   void queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent, int32_t depth,
-                       Millis now);
+                       Millis now, bool declinable = false);
   bool writeback_pending(const std::string& key, const Version& v, Millis now) const;
   void end_get(std::map<GetKey, GetFlight>::iterator it);
   // T1: a get id is answered once. A get that ended (done, revoked, expired) or was answered "not
@@ -234,6 +234,7 @@ class MasterCore {
     uint32_t source_node;
     std::string parent;  // the page before it in its prefix ("": none), handed to the target
     int32_t depth = -1;  // its depth in that prefix (-1: not known), handed to the target
+    bool declinable = false;  // an owner-hot write-back's: not handed to a target that would evict it next
   };
   std::deque<ReplicaTask> replica_queue_;            // FIFO, bounded (oldest dropped when full)
   std::map<uint32_t, uint64_t> replica_targets_;     // target node -> tasks handed to it
@@ -243,6 +244,9 @@ class MasterCore {
     std::vector<int32_t> depths;
   };
   std::map<uint32_t, LastPoll> last_poll_;           // the answer a re-sent poll gets again
+  std::map<uint32_t, int32_t> keep_depth_;           // target node -> ReplicaPoll.keep_depth (-1: any)
+  // Every target-role owner would take a copy at `depth` as its next victim (write-backs decline).
+  bool targets_decline(int32_t depth) const;
   // Write-back tasks queued, per key: a re-sent WriteBack queues none again until the task had time
   // to finish (kWriteBackTaskMs); then a lost task (its fetch failed) is queued anew.
   std::unordered_map<std::string, std::pair<Version, Millis>> writeback_tasks_;

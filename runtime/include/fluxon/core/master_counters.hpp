@@ -29,6 +29,7 @@
   X(replica_tasks_assigned_total, "fluxon_master_replica_tasks_assigned_total", "", "Replica tasks handed to a target owner") \
   X(replica_tasks_no_target_total, "fluxon_master_replica_tasks_no_target_total", "", "Replica tasks refused: no owner of a target role") \
   X(replica_tasks_obsolete_total, "fluxon_master_replica_tasks_obsolete_total", "", "Replica tasks dropped: version gone or already there") \
+  X(replica_tasks_declined_total, "fluxon_master_replica_tasks_declined_total", "", "Replica tasks not handed: deeper than the polling target keeps (its next victim)") \
   X(replica_polls_total, "fluxon_master_replica_polls_total", "", "ReplicaPoll requests from target owners") \
   /* Source removals (eviction, supersede) that left another owner's copy serving the key (the */ \
   /* design's "only the source goes while a replica remains"), and those that removed the last copy. */ \
@@ -41,6 +42,7 @@
   X(writeback_backed_total, "fluxon_master_writeback_backed_total", "", "Write-back keys found held by a target-role owner") \
   X(writeback_obsolete_total, "fluxon_master_writeback_obsolete_total", "", "Write-back keys whose sender held no copy of that version") \
   X(writeback_no_target_total, "fluxon_master_writeback_no_target_total", "", "Write-back keys refused: no target-role owner") \
+  X(writeback_declined_total, "fluxon_master_writeback_declined_total", "", "Owner-hot write-back keys declined: every target would take the copy as its next victim") \
   X(unbacked_noted_total, "fluxon_master_unbacked_noted_total", "", "Keys whose last target-role copy went while a source kept its copy: the source is told") \
   X(unbacked_dropped_total, "fluxon_master_unbacked_dropped_total", "", "Unbacked notices dropped at a node's bound (kUnbackedPerNode)") \
   /* Single-copy demotion: a fenced reclaim with demote set (master_reclaim.cpp). */ \

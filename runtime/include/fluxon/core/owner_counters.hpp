@@ -119,6 +119,7 @@
   X(writeback_keys_total, "fluxon_owner_writeback_keys_total", "", "Keys of the cohorts written back") \
   X(writeback_backed_keys_total, "fluxon_owner_writeback_backed_keys_total", "", "Written-back keys a target-role owner holds now") \
   X(writeback_abandoned_total, "fluxon_owner_writeback_abandoned_total", "", "Write-backs given up (no target, the value moved on, or no copy in time): the entries stay") \
+  X(writeback_declined_keys_total, "fluxon_owner_writeback_declined_keys_total", "", "Write-back keys the master declined (every target would evict the copy next): they stay here, this owner's own") \
   X(writeback_requests_total, "fluxon_owner_writeback_requests_total", "", "WriteBack requests sent (retries included)") \
   /* write_through puts: published, then their futures wait for a target-role owner's copy */ \
   X(write_through_puts_total, "fluxon_owner_write_through_puts_total", "", "write_through puts published (waiting for their remote copy)") \

@@ -37,6 +37,9 @@ class ReplicaPuller {
   // Flights that ended: counted, retried or given up; their interest dropped.
   void settle(Millis now, Outbox& out);
   bool owns(uint64_t token) const;
+  // What a poll says of this target's admission: with the prefix-depth order and no room left, the
+  // deepest depth it keeps (a deeper copy would be its next victim); -1: it admits any.
+  int32_t keep_depth() const;
   size_t in_flight() const { return flights_.size(); }
   size_t retries_waiting() const { return retry_.size(); }  // failed fetches waiting to be tried again
 
