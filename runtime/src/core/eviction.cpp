@@ -16,7 +16,9 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
     const LocalIndex::CohortId id{r.put_id, r.group};
     if (marks.taken(id)) return false;
-    if (pass < 3 && marks.pinned(id)) return false;
+    // A write-back copying it pins it until the last pass - except in the depth order, where the
+    // deepest goes first even while copied (the target would take it as its own next victim).
+    if (pass < 3 && marks.pinned(id) && !(pass == 1 && index.depth_order())) return false;
     if (pass == 0) {
       for (const auto& c : index.exact_cohort(id))
         if (!index.remote_complete(c)) return false;
