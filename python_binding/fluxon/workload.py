@@ -472,7 +472,8 @@ def main(argv=None):
                          "demotion); off - it stays, remote-complete, evicted first (default: the owner's, on; "
                          "--compare: off)")
     ap.add_argument("--eviction-stale-turnover", type=float, default=None,
-                    help="with prefix_depth: the owners' eviction_stale_turnover (default: the owner's, 4)")
+                    help="with prefix_depth: the owners' eviction_stale_turnover (default: the owner's, 4; "
+                         "--compare: 1000 - every session of the trace lives to its last turn, none goes stale)")
     ap.add_argument("--eviction-order", choices=["tier", "prefix_depth"], default=None,
                     help="the owners' eviction_order (default: the owner's, tier; --compare: prefix_depth)")
     ap.add_argument("--eviction-free-watermark", type=float, default=None,
@@ -511,7 +512,7 @@ def main(argv=None):
                     help="run both on the same seeded trace at each --capacity point and print them side by side")
     ap.add_argument("--capacity", default="25,50,75,100",
                     help="--compare: total L2 + L3 capacity points, %% of the trace's working set")
-    ap.add_argument("--hot-share", type=float, default=0.6,
+    ap.add_argument("--hot-share", type=float, default=0.45,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
@@ -628,6 +629,7 @@ def compare(a) -> int:
                 b.hot_writeback = a.hot_share
                 b.eviction_order = a.eviction_order or "prefix_depth"
                 b.writeback_demote = a.writeback_demote or "off"
+                b.eviction_stale_turnover = a.eviction_stale_turnover or 1000
             if not a.json:
                 print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
             row = summarize(b, run_once(b))
