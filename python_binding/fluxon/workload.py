@@ -477,7 +477,8 @@ def main(argv=None):
     ap.add_argument("--eviction-order", choices=["tier", "prefix_depth"], default=None,
                     help="the owners' eviction_order (default: the owner's, tier; --compare: prefix_depth)")
     ap.add_argument("--eviction-free-watermark", type=float, default=None,
-                    help="the instance owners' eviction_free_watermark (default: the owner's, 0.02)")
+                    help="the instance owners' eviction_free_watermark (default: the owner's, 0.02; --compare: 0.1 "
+                         "for split's store and unified's instance owners alike - puts find a free slot at once)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
@@ -599,6 +600,7 @@ def compare(a) -> int:
     if not 0 < a.hot_share < 1:
         raise SystemExit("workload: --hot-share must be in (0, 1)")
     a.prefill_tok_s = 100000.0 if a.prefill_tok_s is None else a.prefill_tok_s
+    a.eviction_free_watermark = 0.1 if a.eviction_free_watermark is None else a.eviction_free_watermark
     a.grant = a.grant or "1MiB"
     grant = _bytes(a.grant)
     page_bytes = a.page_tokens * a.item_bytes
