@@ -401,7 +401,8 @@ def test_kv_score_pressure_budget_replicates_only_under_eviction_pressure_and_al
                 owner_extra=["", "role: remote_cache"]).start()
     try:
         size = 64 << 10  # 16 MiB of 64 KiB slots: 256
-        cfg = AdmissionConfig("kv_score_pressure_budget", score_threshold=0.5, max_replica_pages_per_batch=4)
+        # 8 pages at full pressure: a 2-page node fits from a pressure of 0.25 (it moves as evictions lag)
+        cfg = AdmissionConfig("kv_score_pressure_budget", score_threshold=0.5, max_replica_pages_per_batch=8)
         clients = [fluxon.KvClient(c.client_config(0)) for _ in range(2)]
         ranks = [HostlessBackend(cl, tp_rank=r, tp_size=2, admission=cfg) for r, cl in enumerate(clients)]
 
@@ -423,7 +424,7 @@ def test_kv_score_pressure_budget_replicates_only_under_eviction_pressure_and_al
         for node, s in enumerate(scores):
             backup("hot", node, s)
         page = scrape(c.owner_metrics[0])
-        assert sample(page, "fluxon_owner_replica_budget_pressure_permille") >= 500
+        assert sample(page, "fluxon_owner_replica_budget_pressure_permille") >= 250
         wanted = [node for node, s in enumerate(scores) if s >= 0.5]
         assert labelled(page, "fluxon_owner_replica_budget_keys_total", decision="kept") == 2 * 2 * len(wanted)
         assert sample(page, "fluxon_owner_replica_keys_requested_total") == 2 * 2 * len(wanted)
