@@ -609,13 +609,16 @@ TEST_CASE("peer reads: a remote get's fetch counts as a read of the source's cop
   const uint64_t sa = c.open_session(0), sb = c.open_session(1);
   put_live(c, 0, sa, keys_of("pr-", 4));
   // A reader on owner 1 fetches two of them: owner 0's copies were read, as by a local get.
-  auto g = get_start(c, 1, sb, {"pr-0", "pr-1"});
-  auto* r = g.body.AsGetStartReply();
-  REQUIRE(r);
-  REQUIRE(r->transferable_len == 2);
-  auto t = transfer(c, 1, sb, r->handle_id, 2);
-  REQUIRE(t.body.AsGetTransferReply());
-  release(c, 1, sb, t.body.AsGetTransferReply()->holding_ids);
+  auto read = [&](std::vector<std::string> keys) {
+    const uint32_t n = uint32_t(keys.size());
+    auto g = get_start(c, 1, sb, std::move(keys));
+    REQUIRE(g.body.AsGetStartReply());
+    REQUIRE(g.body.AsGetStartReply()->transferable_len == n);
+    auto t = transfer(c, 1, sb, g.body.AsGetStartReply()->handle_id, n);
+    REQUIRE(t.body.AsGetTransferReply());
+    release(c, 1, sb, t.body.AsGetTransferReply()->holding_ids);
+  };
+  read({"pr-0", "pr-1"});
   CHECK(c.owner(0).counters().peer_read_keys_total == 2);
   // A replica task copies the other two to the remote_cache owner: a copy, not a read.
   put_opts(c, 0, sa, {"pr-r0", "pr-r1"}, true, false);
@@ -624,11 +627,7 @@ TEST_CASE("peer reads: a remote get's fetch counts as a read of the source's cop
   CHECK(c.owner(0).counters().peer_read_keys_total == 2);
   CHECK(c.owner(2).counters().peer_read_keys_total == 0);
   // Reading the remote_cache owner's copy from owner 1 is a read there.
-  auto g2 = get_start(c, 1, sb, {"pr-r0"});
-  REQUIRE(g2.body.AsGetStartReply()->transferable_len == 1);
-  auto t2 = transfer(c, 1, sb, g2.body.AsGetStartReply()->handle_id, 1);
-  REQUIRE(t2.body.AsGetTransferReply());
-  release(c, 1, sb, t2.body.AsGetTransferReply()->holding_ids);
+  read({"pr-r0"});
   CHECK(c.owner(0).counters().peer_read_keys_total + c.owner(2).counters().peer_read_keys_total == 3);
   check_quiet(c);
 }

@@ -183,6 +183,16 @@ std::vector<std::vector<std::string>> fill(sim::Cluster& c, uint64_t s, bool cha
   return groups;
 }
 
+// fill() with inclusive write-back (hot_owner(false)), until its write-backs landed: the cohorts
+// written back are remote-complete, both copies stay.
+std::vector<std::vector<std::string>> fill_written_back(sim::Cluster& c, uint64_t s) {
+  auto groups = fill(c, s);
+  REQUIRE(c.run_until(
+      [&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().writeback_backed_keys_total > 0; },
+      60000));
+  return groups;
+}
+
 // Every key has a copy somewhere; each group is here whole or not at all; returns groups demoted.
 size_t check_copies(sim::Cluster& c, const std::vector<std::vector<std::string>>& groups) {
   size_t gone = 0;
@@ -538,14 +548,10 @@ TEST_CASE("master: a demotion needs one target owner holding the whole cohort - 
 }
 
 TEST_CASE("recoverable-first eviction: with inclusive write-back, the written-back cohorts are remote-complete and capacity pressure takes them without losing a copy") {
-  OwnerConfig cfg = hot_owner(false);  // inclusive: both copies stay, the cohorts are remote-complete
-  sim::Cluster c(seed_from_env(341), cfg, 2, {"sglang_owner", "remote_cache"});
+  sim::Cluster c(seed_from_env(341), hot_owner(false), 2, {"sglang_owner", "remote_cache"});
   c.run_for(10);
   const uint64_t s = c.open_session(0);
-  const auto groups = fill(c, s);
-  REQUIRE(c.run_until(
-      [&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().writeback_backed_keys_total > 0; },
-      60000));
+  const auto groups = fill_written_back(c, s);
   const uint64_t backed = c.owner(0).counters().writeback_backed_keys_total * 4096;
   REQUIRE(backed > 0);
   // Fill the rest of the 8 MiB segment and more: capacity eviction starts.
@@ -573,10 +579,7 @@ TEST_CASE("unbacked: when a target drops the last target copy of a written-back 
   sim::Cluster c(seed_from_env(343), hot_owner(false), 2, {"sglang_owner", "remote_cache"});
   c.run_for(10);
   const uint64_t s = c.open_session(0);
-  const auto groups = fill(c, s);
-  REQUIRE(c.run_until(
-      [&] { return c.owner(0).writebacks_pending() == 0 && c.owner(0).counters().writeback_backed_keys_total > 0; },
-      60000));
+  const auto groups = fill_written_back(c, s);
   std::string key;
   for (const auto& g : groups)
     if (key.empty() && c.master().replica_nodes(g[0]) == std::vector<uint32_t>{1, 2}) key = g[0];
