@@ -93,8 +93,10 @@ def test_workload_compare_split_and_unified_on_one_trace():
     the written-back copies are evicted first) at one capacity; the same L1 in both (identical hits
     there), every restore verified, S4 reconciled; split keeps duplicate copies (physical > single-copy
     bytes), unified fewer."""
+    # A 1 MiB trace: the owners' own free watermark (0.02), not the comparison's 10% of 128 slots.
     out = run("--sessions", "12", "--turns", "4", "--gpu-pages", "128", "--compare", "split,unified",
-              "--capacity", "50", "--grant", "256KiB", "--prefill-tok-s", "0", "--json")
+              "--capacity", "50", "--grant", "256KiB", "--prefill-tok-s", "0", "--eviction-free-watermark", "0.02",
+              "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads(out.stdout)
     sp, un = rep["rows"]
