@@ -365,7 +365,8 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         auto& st = self->state;
         const int64_t now = now_ms();
         // Peers' reads of this owner's copies since the last tick: the eviction order follows them.
-        if (auto reads = st.data_server->take_reads(); !reads.empty()) st.driver->on_peer_reads(reads);
+        if (auto reads = st.data_server->take_reads(); !reads.empty())
+          st.driver->on_peer_reads(reads, st.data_server->reads_dropped());
         st.driver->tick(now);
         if (now - st.last_metrics >= 1000) {
           st.last_metrics = now;

@@ -46,6 +46,15 @@ TEST_CASE("data plane: ranges read for a reader (kDataFlagRead) are logged for t
   CHECK((*srv)->take_reads() == std::vector<uint64_t>{8192, 0});
   CHECK((*srv)->take_reads().empty());  // taken once
   CHECK((*srv)->reads_dropped() == 0);
+  // The log is bounded between two takes: past kReadLog offsets the rest are dropped, counted.
+  std::vector<uint8_t> one(DataServer::kReadLog);
+  std::vector<ReadRange> many;
+  for (size_t i = 0; i < DataServer::kReadLog; ++i) many.push_back({i, 1, one.data() + i});
+  REQUIRE(f.read("127.0.0.1", (*srv)->port(), 9, many, kDataFlagRead).is_ok());
+  REQUIRE(f.read("127.0.0.1", (*srv)->port(), 9, {{0, 4096, a.data()}}, kDataFlagRead).is_ok());
+  for (int i = 0; i < 1000 && (*srv)->requests_served() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK((*srv)->reads_dropped() == 1);
+  CHECK((*srv)->take_reads().size() == DataServer::kReadLog);
 }
 
 TEST_CASE("data plane: wrong generation, ranges outside the segment and garbage are refused, the server lives on") {

@@ -106,6 +106,20 @@ def validate_groups(n: int, group_lens: Optional[Sequence[int]]) -> List[int]:
     return list(group_lens)
 
 
+def _starts(groups: Sequence[int]) -> List[int]:
+    """Each group's first index."""
+    starts, at = [], 0
+    for g in groups:
+        starts.append(at)
+        at += g
+    return starts
+
+
+def _means(scores: Sequence[float], groups: Sequence[int]) -> List[float]:
+    """Each group's mean score."""
+    return [sum(scores[st:st + g]) / g for st, g in zip(_starts(groups), groups)]
+
+
 def _unit_hash(identity: str) -> float:
     return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "little") / 2.0 ** 64
 
@@ -125,10 +139,7 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
     if config.policy in SCORE_POLICIES:
         if scores is None or len(scores) != n:
             raise InvalidArgument("scores: one score per key is required by a kv_score policy")
-    starts, s = [], 0
-    for g in groups:
-        starts.append(s)
-        s += g
+    starts = _starts(groups)
     chosen = [False] * len(groups)
     if config.policy == "none":
         return [False] * n
@@ -157,7 +168,7 @@ def admit(identities: Sequence[str], config: AdmissionConfig, group_lens: Option
         chosen = [_unit_hash(identities[st]) < float(config.ratio) for st in starts]
         priority = [1.0] * len(groups)
     else:
-        means = [sum(scores[st:st + g]) / g for st, g in zip(starts, groups)]
+        means = _means(scores, groups)
         thr = float(config.score_threshold)
         if config.policy in ("kv_score_only", "kv_score_pressure_budget"):
             chosen = [m >= thr for m in means]
@@ -204,8 +215,7 @@ def budget_args(identities: Sequence[str], config: AdmissionConfig, group_lens: 
     its pressure budget (``PutOptionalArgs`` fields): the pages at full pressure, each group's
     priority (its mean score) and id, and the puts that share a decision (the TP ranks)."""
     groups = validate_groups(len(identities), group_lens)
-    starts = [sum(groups[:i]) for i in range(len(groups))]
     return {"replica_budget_pages": int(config.max_replica_pages_per_batch),
-            "replica_group_priorities": [sum(scores[st:st + g]) / g for st, g in zip(starts, groups)],
-            "replica_group_ids": [group_id(identities[st]) for st in starts],
+            "replica_group_priorities": _means(scores, groups),
+            "replica_group_ids": [group_id(identities[st]) for st in _starts(groups)],
             "replica_decision_shares": int(tp_size)}

@@ -88,11 +88,11 @@ class HostlessBackend:
         leave the batch — whole: stored everywhere is a success, otherwise not started — and the rest
         is put once more. Returns, per node, what backup_node would."""
         done: List[Optional[bool]] = [None] * len(nodes)
-        todo = list(range(len(nodes)))
+        waiting = list(range(len(nodes)))
         for _attempt in range(2):
-            if not todo:
+            if not waiting:
                 break
-            batch = [nodes[i] for i in todo]
+            batch = [nodes[i] for i in waiting]
             keys = [k for n in batch for k in n.keys]
             depths = [n.depth + j for n in batch for j in range(len(n.keys))]
             parents = [p for n in batch for p in [n.parent_key] + n.keys[:-1]]
@@ -100,7 +100,7 @@ class HostlessBackend:
             mask, budget = None, {}
             if self.admission.policy != "none":
                 ids = [admission_identity(k, self.tp_rank, self.tp_size) for k in keys]
-                sc = [x for i in todo for x in scores[i]] if scores is not None else None
+                sc = [x for i in waiting for x in scores[i]] if scores is not None else None
                 mask = admit(ids, self.admission, groups, sc, depths=depths)
                 if self.admission.policy == "kv_score_pressure_budget":  # the owner cuts to its budget
                     budget = budget_args(ids, self.admission, groups, sc, self.tp_size)
@@ -116,7 +116,7 @@ class HostlessBackend:
             except fluxon.KeyConflict as e:
                 at = {keys[i]: r for i, r in zip(e.indices, e.reasons)}
                 left = []
-                for i, n in zip(todo, batch):
+                for i, n in zip(waiting, batch):
                     n.storage_staged = False
                     hit = [at[k] for k in n.keys if k in at]
                     if not hit:
@@ -128,27 +128,27 @@ class HostlessBackend:
                         done[i] = True
                     else:
                         done[i] = False  # half a group cannot be backed up: fail closed
-                todo = left
+                waiting = left
                 continue
             try:
                 write_values(plan, batch)
             except BaseException as exc:
                 # Failure-table row: native write failed after put_start -> put_abort.
                 self.client.put_abort(plan)
-                for i, n in zip(todo, batch):
+                for i, n in zip(waiting, batch):
                     n.storage_staged = False
                     n.error = exc
                     done[i] = False
                 self.counters["backup_write_failed"] += len(batch)
                 return [bool(d) for d in done]
             future = self.client.local_fast_put_commit(plan)
-            for i, n in zip(todo, batch):
+            for i, n in zip(waiting, batch):
                 n.future = future
                 n.storage_local_ready = n.storage_pending = True
                 done[i] = True
             with self._lock:
                 self._pending.extend(batch)
-            todo = []
+            waiting = []
         return [bool(d) for d in done]
 
     def poll(self, timeout_s: float = 0.0) -> int:

@@ -41,8 +41,8 @@ bool LocalIndex::cohort_held(CohortId id, const ReservePool& pool) const {
 void LocalIndex::insert(const std::string& key, Entry e, const std::string* parent, uint32_t depth) {
   cohorts_[{e.put_id, e.group}].push_back(key);
   if (auto old = entries_.find(key); old != entries_.end()) by_slot_.erase(old->second.slot.packed());
-  by_slot_[e.slot.packed()] = key;
-  entries_[key] = e;
+  auto& entry = *entries_.insert_or_assign(key, e).first;
+  by_slot_[e.slot.packed()] = &entry;
   if (parent && !parent->empty()) {
     chains_.link(key, *parent);
     if (depth == kNoDepth)
@@ -68,7 +68,7 @@ void LocalIndex::erase(Map::iterator it) {
   }
   chains_.unlink(key);
   depths_.erase(key);
-  if (auto s = by_slot_.find(e.slot.packed()); s != by_slot_.end() && s->second == key) by_slot_.erase(s);
+  if (auto s = by_slot_.find(e.slot.packed()); s != by_slot_.end() && s->second == &*it) by_slot_.erase(s);
   if (order_) order_->erase(key);
   entries_.erase(it);
 }

@@ -117,7 +117,8 @@ void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
 uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
   OwnerInfo& o = owners_[node_id];
   if (generation <= o.generation && o.generation != 0) return 0;
-  unbacked_.erase(node_id);  // notices about the copies of its old generation
+  unbacked_.erase(node_id);    // notices about the copies of its old generation
+  keep_depth_.erase(node_id);  // what its old generation kept: it says again on its first poll
   uint64_t dropped = 0;
   if (o.generation != 0) {
     // A restarted owner is rare; a scan of the table then saves a per-node key index (a second

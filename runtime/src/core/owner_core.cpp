@@ -248,15 +248,14 @@ void OwnerCore::on_transfer_done(uint64_t id, const Status& result, Millis now, 
   serve_waiters_if_freed(out);
 }
 
-void OwnerCore::on_peer_reads(const std::vector<uint64_t>& offsets) {
+void OwnerCore::on_peer_reads(const std::vector<uint64_t>& offsets, uint64_t dropped_total) {
+  s_.counters.peer_reads_dropped_total = std::max(s_.counters.peer_reads_dropped_total, dropped_total);
   for (const uint64_t off : offsets) {
     const auto slot = s_.pool.slot_at(off);
-    const std::string* key = slot ? s_.local.key_at(*slot) : nullptr;
-    if (!key) continue;  // gone since (evicted, replaced): nothing to count
-    if (auto it = s_.local.find(*key); it != s_.local.end() && it->second.live) {
-      s_.local.touch(*key);
-      s_.counters.peer_read_keys_total++;
-    }
+    const auto* entry = slot ? s_.local.at_slot(*slot) : nullptr;
+    if (!entry || !entry->second.live) continue;  // gone since (evicted, replaced), or leaving
+    s_.local.touch(entry->first);
+    s_.counters.peer_read_keys_total++;
   }
 }
 

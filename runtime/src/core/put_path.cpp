@@ -64,7 +64,8 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   if (st.is_ok()) st = validate_parent_keys(parents, req.keys);
   if (st.is_ok() && !req.content_depths.empty())
     st = validate_content_depths(std::optional<std::vector<uint32_t>>(req.content_depths), n);
-  if (st.is_ok()) st = validate_replica_budget(budget_args(req), req.make_replica_task, req.write_through, groups, n);
+  const std::optional<ReplicaBudgetArgs> budget = budget_args(req);
+  if (st.is_ok()) st = validate_replica_budget(budget, req.make_replica_task, req.write_through, groups, n);
   if (!st.is_ok()) {
     s_.reply_error(session, token, st, out);
     return true;
@@ -116,7 +117,7 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   budget_.observe(s_.counters.put_keys_total + s_.counters.transfer_keys_total,
                   s_.counters.evicted_keys_total + s_.counters.demoted_keys_total,
                   std::max<uint64_t>(16, s_.pool.slots_at_most(slot_size_for(req.value_len)) / 4));
-  if (req.replica_budget_pages > 0) apply_replica_budget(req, plan.replica);
+  if (budget) apply_replica_budget(*budget, req.atomic_group_lens, plan.replica);
   wire::PutStartReplyT r;
   r.put_id = put_id;
   r.offsets.reserve(n);
@@ -132,10 +133,11 @@ bool PutPath::try_start(uint64_t token, uint64_t session, wire::PutStartReqT& re
   return true;
 }
 
-void PutPath::apply_replica_budget(const wire::PutStartReqT& req, std::vector<bool>& replica) {
+void PutPath::apply_replica_budget(const ReplicaBudgetArgs& budget, const std::vector<uint32_t>& group_lens,
+                                   std::vector<bool>& replica) {
   auto& c = s_.counters;
-  const auto groups = req.atomic_group_lens.empty() ? std::vector<uint32_t>(req.keys.size(), 1u) : req.atomic_group_lens;
-  const auto o = budget_.apply(replica, groups, *budget_args(req));
+  const auto o = budget_.apply(replica, group_lens.empty() ? std::vector<uint32_t>(replica.size(), 1u) : group_lens,
+                               budget);
   c.replica_budget_kept_keys_total += o.kept_keys;
   c.replica_budget_cut_keys_total += o.cut_keys;
   c.replica_budget_shared_keys_total += o.memo_keys;

@@ -30,22 +30,22 @@ void WriteBack::unbacked(const std::vector<std::string>& keys, Millis now, Outbo
   for (const auto& key : keys) {
     auto it = s_.local.find(key);
     if (it == s_.local.end() || !it->second.live) continue;  // gone here too, or leaving
+    const auto cohorts = s_.local.exact_cohort({it->second.put_id, it->second.group});
     bool cleared = false;
-    for (const CohortId& id : s_.local.exact_cohort({it->second.put_id, it->second.group}))
-      cleared = s_.local.clear_remote_complete(id) || cleared;
+    for (const CohortId& id : cohorts) cleared = s_.local.clear_remote_complete(id) || cleared;
     if (!cleared) continue;  // never written back by this owner, or heard already
     s_.counters.unbacked_keys_total++;
+    if (!hot_tier) continue;  // (a write_through put's copies: nothing to write back again)
     // Its whole exact cohort rejoins the hot tier together (A1), as when it went live.
-    for (const CohortId& id : s_.local.exact_cohort({it->second.put_id, it->second.group}))
+    for (const CohortId& id : cohorts)
       if (const auto* members = s_.local.cohort(id))
         for (const auto& k : *members) {
           auto m = s_.local.find(k);
-          if (m != s_.local.end() && m->second.live && s_.local.resident().contains(k) &&
-              !(hot_tier && hot_tier->contains(k)))
+          if (m != s_.local.end() && m->second.live && s_.local.resident().contains(k) && !hot_tier->contains(k))
             back.push_back(LiveEntry{k, {m->second.put_id, m->second.group}, s_.pool.slot_size(m->second.slot)});
         }
   }
-  if (hot_tier && !back.empty()) enter_hot(back, now, out);
+  if (!back.empty()) enter_hot(back, now, out);
 }
 
 void WriteBack::enter_hot(const std::vector<LiveEntry>& live, Millis now, Outbox& out) {

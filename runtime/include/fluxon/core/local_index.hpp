@@ -53,10 +53,10 @@ class LocalIndex {
   Map::iterator end() { return entries_.end(); }
   Map::const_iterator end() const { return entries_.end(); }
   bool contains(const std::string& key) const { return entries_.count(key) != 0; }
-  // The key whose entry holds `slot`, or null.
-  const std::string* key_at(SlotRef slot) const {
+  // The entry (key, Entry) that holds `slot`, or null.
+  const Map::value_type* at_slot(SlotRef slot) const {
     auto it = by_slot_.find(slot.packed());
-    return it == by_slot_.end() ? nullptr : &it->second;
+    return it == by_slot_.end() ? nullptr : it->second;
   }
   Entry& at(const std::string& key) { return entries_.at(key); }
   const Map& entries() const { return entries_; }
@@ -136,7 +136,8 @@ class LocalIndex {
   PrefixChains<std::string> chains_;
   std::set<CohortId> remote_complete_;
   std::unordered_map<std::string, uint32_t> depths_;  // known depths of the entries
-  std::unordered_map<uint64_t, std::string> by_slot_;  // SlotRef::packed() -> the key held there
+  // SlotRef::packed() -> the entry held there (elements of entries_ keep their address until erased)
+  std::unordered_map<uint64_t, const Map::value_type*> by_slot_;
   std::optional<DepthOrder> order_;
   bool tp_cohorts_;
 };

@@ -65,7 +65,8 @@ class OwnerCore {
   void on_transfer_done(uint64_t id, const Status& result, Millis now, Outbox& out);
   // Peers read these offsets of the segment for their readers (the data plane logs them): each copy
   // there counts as read, as a local get would (its place in the eviction and write-back orders).
-  void on_peer_reads(const std::vector<uint64_t>& offsets);
+  // dropped_total: offsets the data plane's bounded log let go so far.
+  void on_peer_reads(const std::vector<uint64_t>& offsets, uint64_t dropped_total = 0);
   // Where peers fetch this owner's bytes; sent with every registration.
   void set_data_address(std::string host, uint16_t port) { data_host_ = std::move(host), data_port_ = port; }
 

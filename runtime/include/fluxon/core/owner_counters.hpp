@@ -147,6 +147,7 @@
 // The router (owner_core.hpp): requests it refuses or forwards itself.
 #define FLUXON_OWNER_ROUTER_COUNTERS(X) \
   X(peer_read_keys_total, "fluxon_owner_peer_read_keys_total", "", "Copies here that peers read for their readers (the data plane's log): read again in the eviction order") \
+  X(peer_reads_dropped_total, "fluxon_owner_peer_reads_dropped_total", "", "Peer reads the data plane's log let go between two ticks (its bound, 65,536)") \
   X(master_failures_total, "fluxon_owner_master_failures_total", "", "Master requests lost in transport (re-sent later)") \
   X(errors_total, "fluxon_owner_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_owner_malformed_total", "", "Malformed or unexpected messages rejected") \

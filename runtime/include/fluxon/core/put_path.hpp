@@ -129,7 +129,8 @@ class PutPath {
   void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Settled& settled);
   void drop_plan(uint64_t put_id);
   // kv_score_pressure_budget: the plan's replica candidates cut to the budget (ReplicaBudget).
-  void apply_replica_budget(const wire::PutStartReqT& req, std::vector<bool>& replica);
+  void apply_replica_budget(const ReplicaBudgetArgs& budget, const std::vector<uint32_t>& group_lens,
+                            std::vector<bool>& replica);
 
   OwnerShared& s_;
   std::unordered_map<std::string, uint64_t> inflight_;  // key -> put_id of the open plan

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
-#include <numeric>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -111,7 +110,8 @@ class ReplicaBudget {
   void remember(uint64_t id, bool admit, uint32_t left, uint64_t now) {
     memo_[id] = Memo{admit, left, ++seq_};
     order_.push_back(Stamp{id, seq_, now});
-    while (memo_.size() > kMemo) drop_front();
+    // Both bounded: a consumed decision's stamp waits for the front (order_ at most twice kMemo).
+    while (memo_.size() > kMemo || order_.size() > 2 * kMemo) drop_front();
   }
   void expire(uint64_t now) {
     while (!order_.empty() && (now - order_.front().at > kMemoTtlSlots || !live(order_.front()))) drop_front();

@@ -68,8 +68,11 @@ class OwnerDriver {
   void master_up(Millis now, bool reconnected);
   void master_down() { master_up_ = false; }
   void on_transfer_done(uint64_t id, const Status& result, Millis now);
-  // Peers read these offsets of this owner's segment for their readers (the data plane's log).
-  void on_peer_reads(const std::vector<uint64_t>& offsets) { core_.on_peer_reads(offsets); }
+  // Peers read these offsets of this owner's segment for their readers (the data plane's log, which
+  // let `dropped_total` go so far).
+  void on_peer_reads(const std::vector<uint64_t>& offsets, uint64_t dropped_total = 0) {
+    core_.on_peer_reads(offsets, dropped_total);
+  }
   void flush(Millis now);
   void tick(Millis now);
   void remove_key(const std::string& key, Millis now);
