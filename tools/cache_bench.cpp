@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fluxon/core/depth_order.hpp"
 #include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
 
@@ -150,6 +151,7 @@ std::vector<Req> scan_trace(size_t n, uint64_t seed) {
 // its pages in prefix order, each with the page before it (its parent); `reads` of them existed.
 struct Page {
   uint64_t key, parent;  // parent 0: the first page of a prompt
+  uint32_t depth;        // its index in the prompt (content_depths)
 };
 struct Request {
   std::vector<Page> pages;
@@ -173,7 +175,7 @@ std::vector<Request> llm_requests(size_t n, uint64_t seed, uint64_t* distinct_pa
       uint64_t h = p + 7, parent = 0;
       for (int i = 0; i < prompt_pages; ++i) {
         h = page_key(h, i);
-        s.push_back({h, parent});
+        s.push_back({h, parent, uint32_t(i)});
         parent = h;
       }
       sessions.push_back(std::move(s));
@@ -187,7 +189,7 @@ std::vector<Request> llm_requests(size_t n, uint64_t seed, uint64_t* distinct_pa
     const int fresh_pages = 1 + int(rng() % 24);
     for (int i = 0; i < fresh_pages; ++i) {
       const uint64_t k = page_key(s.back().key, rng());
-      s.push_back({k, s.back().key});
+      s.push_back({k, s.back().key, uint32_t(s.size())});
       r.pages.push_back(s.back());
       distinct++;
     }
@@ -222,7 +224,7 @@ double prefix_byte_hits(const std::vector<Request>& trace, Cache& c) {
         continue;
       }
       missed = true;
-      if (!c.touch(p.key)) c.put(p.key, p.parent);
+      if (!c.touch(p.key)) c.put(p);
     }
   }
   return 100.0 * double(hit) / double(all);
@@ -232,12 +234,12 @@ double prefix_byte_hits(const std::vector<Request>& trace, Cache& c) {
 struct LruCache {
   Lru l;
   bool touch(uint64_t k) { return l.access(k, 0, true); }
-  void put(uint64_t k, uint64_t) { (void)l.access(k, kLlmPage); }
+  void put(const Page& p) { (void)l.access(p.key, kLlmPage); }
 };
 struct TinyLfuCache {
   WeightedCache<uint64_t, uint32_t> c;
   bool touch(uint64_t k) { return c.touch(k); }
-  void put(uint64_t k, uint64_t) { (void)c.insert(k, 0, kLlmPage); }
+  void put(const Page& p) { (void)c.insert(p.key, 0, kLlmPage); }
 };
 
 // The owner's resident tier: an unbounded W-TinyLFU order that capacity pressure evicts from with
@@ -251,7 +253,8 @@ struct OwnerTier {
   PrefixChains<uint64_t> chains;
   uint64_t held = 0;
   bool touch(uint64_t k) { return c.touch(k); }
-  void put(uint64_t k, uint64_t parent) {
+  void put(const Page& p) {
+    const uint64_t k = p.key, parent = p.parent;
     (void)c.insert(k, 0, kLlmPage);
     held += kLlmPage;
     if (prefix_aware) chains.link(k, parent, parent != 0);
@@ -264,6 +267,36 @@ struct OwnerTier {
     if (got < held - cap) got += c.evict_some_if(held - cap - got, [](const uint64_t&, const uint32_t&) { return true; }, &gone);
     held -= got;
     for (const auto& [key, v] : gone) chains.unlink(key);
+  }
+};
+
+// The owner's prefix-depth order (eviction_order: prefix_depth; DepthOrder itself): what went stale
+// (untouched while `turnover` capacities' worth was admitted) first, then the deepest pages, the
+// least recently read of a depth first.
+struct DepthTier {
+  DepthOrder order;
+  uint64_t cap;
+  uint64_t held = 0;
+  static std::string name(uint64_t k) { return std::string(reinterpret_cast<const char*>(&k), sizeof k); }
+  bool touch(uint64_t k) {
+    const std::string key = name(k);
+    if (!order.contains(key)) return false;
+    order.touch(key);
+    return true;
+  }
+  void put(const Page& p) {
+    order.admit(name(p.key), p.depth, kLlmPage);
+    held += kLlmPage;
+    if (held <= cap) return;
+    std::vector<std::string> gone;
+    uint64_t got = 0;
+    order.visit([&](const std::string& key) {
+      gone.push_back(key);
+      got += kLlmPage;
+      return got >= held - cap;
+    });
+    for (const auto& key : gone) order.erase(key);
+    held -= got;
   }
 };
 
@@ -353,8 +386,9 @@ int main(int argc, char** argv) {
     // LRU, the bounded W-TinyLFU, the owner's resident tier (unbounded W-TinyLFU, evict_some_if),
     // and that tier with prefix-aware eviction (leaves first). Seeds 45-49: the median, min, max.
     std::printf("\nLLM multi-turn prefix, prefix byte-hit ratio %% (hits up to a request's first miss), seeds 45-49 median [min, max]:\n");
-    std::printf("%-6s %-22s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
-                "owner, prefix-aware", "..., leaves by recency", "prefix-aware - LRU, points");
+    std::printf("%-6s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
+                "owner, prefix-aware", "..., leaves by recency", "depth order", "depth order, no stale",
+                "prefix-aware - LRU", "depth order - LRU, points");
     std::vector<std::vector<Request>> traces;
     std::vector<uint64_t> distincts;
     for (uint64_t seed : {45, 46, 47, 48, 49}) {
@@ -363,7 +397,7 @@ int main(int argc, char** argv) {
       distincts.push_back(distinct);
     }
     for (double frac : {0.01, 0.02, 0.05, 0.10, 0.20}) {
-      std::vector<double> col[5], delta;
+      std::vector<double> col[7], delta, depth_delta;
       for (size_t i = 0; i < traces.size(); ++i) {
         const uint64_t cap = uint64_t(double(distincts[i]) * frac) * kLlmPage;
         LruCache lru{Lru(cap)};
@@ -377,7 +411,12 @@ int main(int argc, char** argv) {
         col[2].push_back(prefix_byte_hits(traces[i], owner));
         col[3].push_back(prefix_byte_hits(traces[i], prefix));
         col[4].push_back(prefix_byte_hits(traces[i], recency));
+        // The owner's default turnover (4 segments), and none (every session lives on).
+        DepthTier depth{DepthOrder(4 * cap), cap}, depth_only{DepthOrder(UINT64_MAX), cap};
+        col[5].push_back(prefix_byte_hits(traces[i], depth));
+        col[6].push_back(prefix_byte_hits(traces[i], depth_only));
         delta.push_back(col[3].back() - col[0].back());
+        depth_delta.push_back(col[5].back() - col[0].back());
       }
       auto med = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
@@ -385,8 +424,9 @@ int main(int argc, char** argv) {
         std::snprintf(b, sizeof b, "%6.2f [%6.2f, %6.2f]", v[v.size() / 2], v.front(), v.back());
         return std::string(b);
       };
-      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %-22s %s\n", frac * 100, med(col[0]).c_str(), med(col[1]).c_str(),
-                  med(col[2]).c_str(), med(col[3]).c_str(), med(col[4]).c_str(), med(delta).c_str());
+      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", frac * 100, med(col[0]).c_str(),
+                  med(col[1]).c_str(), med(col[2]).c_str(), med(col[3]).c_str(), med(col[4]).c_str(),
+                  med(col[5]).c_str(), med(col[6]).c_str(), med(delta).c_str(), med(depth_delta).c_str());
     }
   }
   if (g_only.empty() || std::string("LLM multi-turn prefix").find(g_only) != std::string::npos) {

@@ -108,12 +108,21 @@ export FLUXON_CMAKE_ARGS FLUXON_JOBS=${FLUXON_JOBS:-16}
 # marked externally managed would refuse; the machine is thrown away after the session.
 export PIP_BREAK_SYSTEM_PACKAGES=1
 echo "FLUXON_CMAKE_ARGS=$FLUXON_CMAKE_ARGS" >"$OUT/build.log"
-if ! python3 -m pip install . --no-build-isolation --no-deps --no-index --force-reinstall -v >>"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
-  echo "gpu-workload: pip install failed: $OUT/build.log" >&2
-  exit 1
+# FLUXON_GPU_REUSE=1: a later call on the same (still warm) machine keeps the package the last one
+# installed from this tree, when there is one (its stamp names the tree's python and C++ sources).
+STAMP=$(cat pyproject.toml CMakeLists.txt $(git ls-files 2>/dev/null | grep -E '\.(cpp|hpp|cu|cuh|h|py|fbs|txt)$' ||
+  find . -path ./.device-exp -prune -o -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.py' -o -name '*.fbs' \) -print | sort) | sha1sum | cut -c1-16)
+if [[ ${FLUXON_GPU_REUSE:-0} == 1 && -f /tmp/fluxon-gpu-installed && $(cat "/tmp/fluxon-gpu-installed") == "$STAMP" ]]; then
+  echo "gpu-workload: reusing the package installed from this tree ($STAMP)"
+else
+  if ! python3 -m pip install . --no-build-isolation --no-deps --no-index --force-reinstall -v >>"$OUT/build.log" 2>&1; then
+    tail -40 "$OUT/build.log"
+    echo "gpu-workload: pip install failed: $OUT/build.log" >&2
+    exit 1
+  fi
+  tail -2 "$OUT/build.log"
+  echo "$STAMP" >"/tmp/fluxon-gpu-installed"
 fi
-tail -2 "$OUT/build.log"
 # From outside the checkout: the installed package, not python_binding/.
 RUN=$(mktemp -d /tmp/fluxon-gpu-run.XXXXXX)
 cd "$RUN"
