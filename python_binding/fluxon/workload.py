@@ -241,7 +241,7 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     pending_nodes = []
     totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "l3_joined", "l3_leader", "recomputed",
                              "backup_bytes", "restore_bytes", "verify_failures", "backups", "restores",
-                             "remote_restores")}
+                             "remote_restores", "prefill_seconds")}
     per_round = []
     suffix = f"_{a.model}_{rank}_{a.tp}"
 
@@ -366,7 +366,9 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             # recompute the rest (a deterministic function of the page hash)
             compute = rest[restored:]
             if compute and a.prefill_tok_s:  # the modelled prefill: the GPU busy for these tokens
-                time.sleep(len(compute) * a.page_tokens / a.prefill_tok_s)
+                busy = len(compute) * a.page_tokens / a.prefill_tok_s
+                time.sleep(busy)
+                r_tot["prefill_seconds"] += busy
             if compute:
                 slots_ = allocate(len(compute), set(hashes))
                 for h, s in zip(compute, slots_):
@@ -418,7 +420,8 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         host_state = {"pages": len(host.index), "not_in_store": only, "evicted": host.evicted}
     client.close()
     out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round, "host_pool": host_state,
-               "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v)} for k, v in lat.items()},
+               "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v), "sum_s": sum(v) / 1e6}
+                              for k, v in lat.items()},
                "counters": backend.counters, "owner_stats": stats, "master_stats": mstats})
 
 
@@ -836,6 +839,11 @@ def print_report(a, run):
     for k, v in r0["latency_us"].items():
         note = "  (observed at the next scheduler poll)" if k == "commit_to_future" else ""
         print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls, instance 0 rank 0){note}")
+    own, lu = r0["totals"], r0["latency_us"]
+    calls = {k: lu[k]["sum_s"] for k in ("put_start", "get_start", "get_transfer")}
+    print(f"  time of instance 0 rank 0: {own['seconds']:.2f} s = modelled prefill {own['prefill_seconds']:.2f} s + "
+          + " + ".join(f"{k} {v:.2f} s" for k, v in calls.items())
+          + f" + the rest {own['seconds'] - own['prefill_seconds'] - sum(calls.values()):.2f} s (the pool, verifying, waits)")
     bad = run["verify_failures"]
     mism = [r["counters"]["tp_mismatch_retry"] for r in results]
     st = r0["owner_stats"]
