@@ -312,6 +312,9 @@ WeightedCache<uint64_t, uint32_t>::Options tier_options(uint64_t cap, uint64_t k
 // One trace at one capacity: LRU, W-TinyLFU with a fixed 1% window (Moka's policy), and with the
 // adaptive window (ghost votes, weighted_cache.hpp); hit ratio, then byte-hit ratio; deltas against LRU.
 std::string g_only;  // --only: rows whose trace name contains it
+// --stale-turnovers A,B: the depth order's stale horizons in capacities (eviction_stale_turnover; 0:
+// none): the owner's default 4, and none (every session lives on).
+double g_stale[2] = {4, 0};
 
 void row(const char* name, const char* size, const std::vector<Req>& t, uint64_t cap, uint64_t keys) {
   if (!g_only.empty() && std::string(name).find(g_only) == std::string::npos) return;
@@ -336,6 +339,8 @@ int main(int argc, char** argv) {
   size_t n = 4000000;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--requests" && i + 1 < argc) n = std::stoull(argv[++i]);
+    if (std::string(argv[i]) == "--stale-turnovers" && i + 1 < argc)  // the two depth-order columns
+      std::sscanf(argv[++i], "%lf,%lf", &g_stale[0], &g_stale[1]);
     if (std::string(argv[i]) == "--only" && i + 1 < argc) g_only = argv[++i];
   }
   const uint64_t keys = 1000000;
@@ -385,9 +390,10 @@ int main(int argc, char** argv) {
     // The same trace counted as restores count it (a request's pages hit up to its first miss):
     // LRU, the bounded W-TinyLFU, the owner's resident tier (unbounded W-TinyLFU, evict_some_if),
     // and that tier with prefix-aware eviction (leaves first). Seeds 45-49: the median, min, max.
-    std::printf("\nLLM multi-turn prefix, prefix byte-hit ratio %% (hits up to a request's first miss), seeds 45-49 median [min, max]:\n");
+    std::printf("\nLLM multi-turn prefix, prefix byte-hit ratio %% (hits up to a request's first miss), seeds 45-49 median [min, max];"
+                " depth order stale A = %g, B = %g capacities (0: none):\n", g_stale[0], g_stale[1]);
     std::printf("%-6s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
-                "owner, prefix-aware", "..., leaves by recency", "depth order", "depth order, no stale",
+                "owner, prefix-aware", "..., leaves by recency", "depth order, stale A", "depth order, stale B",
                 "prefix-aware - LRU", "depth order - LRU, points");
     std::vector<std::vector<Request>> traces;
     std::vector<uint64_t> distincts;
@@ -411,8 +417,8 @@ int main(int argc, char** argv) {
         col[2].push_back(prefix_byte_hits(traces[i], owner));
         col[3].push_back(prefix_byte_hits(traces[i], prefix));
         col[4].push_back(prefix_byte_hits(traces[i], recency));
-        // The owner's default turnover (4 segments), and none (every session lives on).
-        DepthTier depth{DepthOrder(4 * cap), cap}, depth_only{DepthOrder(UINT64_MAX), cap};
+        auto horizon = [&](double t) { return t > 0 ? uint64_t(t * double(cap)) : UINT64_MAX; };
+        DepthTier depth{DepthOrder(horizon(g_stale[0])), cap}, depth_only{DepthOrder(horizon(g_stale[1])), cap};
         col[5].push_back(prefix_byte_hits(traces[i], depth));
         col[6].push_back(prefix_byte_hits(traces[i], depth_only));
         delta.push_back(col[3].back() - col[0].back());

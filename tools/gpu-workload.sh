@@ -8,7 +8,8 @@
 # Python package by the same `pip install .` as everywhere (tools/pybuild/fluxon_build.py: CMake),
 # against DIR/sysroot: the Debian packages of SYSROOT_PKGS unpacked with `dpkg -x`. Then it runs
 # `python3 -m fluxon.workload --gpu` with that package: pages move between GPU memory and Fluxon
-# values by the CUDA kernels. Logs: $OUT/build.log, $OUT/workload.log. Afterwards, in the same shell
+# values by the CUDA kernels. FLUXON_GPU_REUSE=1 skips the install when the machine (still warm)
+# holds the package a previous call installed from the same sources. Logs: $OUT/build.log, $OUT/workload.log. Afterwards, in the same shell
 # setup (LD_LIBRARY_PATH=DIR/sysroot/usr/lib/x86_64-linux-gnu), `python3 tools/real_kv.py` imports
 # the installed package too.
 set -euo pipefail
