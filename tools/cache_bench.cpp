@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
     auto t = zipf_trace(keys, 1.0, n, true, 43);
     for (double frac : {0.01, 0.05, 0.10}) {
       const uint64_t cap = uint64_t(keys * frac * 8.5 * 4096);
-      char size[16];
+      char size[24];
       std::snprintf(size, sizeof size, "%.0f%%", frac * 100);
       row("zipf 1.0, sizes 4-64 KiB", size, t, cap, keys);
     }
@@ -369,7 +369,7 @@ int main(int argc, char** argv) {
   {
     auto t = scan_trace(n, 44);
     for (uint64_t entries : {5000, 10000}) {
-      char size[16];
+      char size[24];
       std::snprintf(size, sizeof size, "%lluk", (unsigned long long)entries / 1000);
       row("hot set + scans", size, t, entries * 4096, 100000);
     }
@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
     auto t = llm_trace(n, 45, &distinct);
     for (double frac : {0.01, 0.02, 0.05, 0.10, 0.20}) {
       const uint64_t cap = uint64_t(distinct * frac) * 4718592;
-      char size[16];
+      char size[24];
       std::snprintf(size, sizeof size, "%.0f%%", frac * 100);
       row("LLM multi-turn prefix", size, t, cap, distinct);
     }
