@@ -339,8 +339,12 @@ int main(int argc, char** argv) {
   size_t n = 4000000;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--requests" && i + 1 < argc) n = std::stoull(argv[++i]);
-    if (std::string(argv[i]) == "--stale-turnovers" && i + 1 < argc)  // the two depth-order columns
-      std::sscanf(argv[++i], "%lf,%lf", &g_stale[0], &g_stale[1]);
+    if (std::string(argv[i]) == "--stale-turnovers" && i + 1 < argc &&  // the two depth-order columns
+        (std::sscanf(argv[++i], "%lf,%lf", &g_stale[0], &g_stale[1]) != 2 || g_stale[0] < 0 || g_stale[1] < 0)) {
+      std::fprintf(stderr, "fluxon_cache_bench: --stale-turnovers takes A,B (capacities, >= 0; 0: none), not '%s'\n",
+                   argv[i]);
+      return 2;
+    }
     if (std::string(argv[i]) == "--only" && i + 1 < argc) g_only = argv[++i];
   }
   const uint64_t keys = 1000000;

@@ -1,6 +1,7 @@
 #include "fluxon/core/eviction.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace fluxon {
 
@@ -18,10 +19,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   // in cohort_is_leaf, cohort_held and exact_cohort, and its puts waited up to 0.9 s). Nothing a
   // cohort is judged on changes within a select but one thing - a parent whose children go may be
   // a leaf now: rest_of_cohort forgets those.
-  struct IdHash {
-    size_t operator()(const LocalIndex::CohortId& c) const { return std::hash<uint64_t>()(c.first * 31 + c.second); }
-  };
-  std::unordered_set<LocalIndex::CohortId, IdHash> turned_down;
+  std::set<LocalIndex::CohortId> turned_down;
   int judged_pass = -1;
   uint64_t judged_class = ~0ull;
   auto cohort_ok = [&](const LocalIndex::CohortId& id) {
@@ -36,23 +34,6 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     // Never a page a reader holds now, nor one whose exact cohort has one: the cohort goes whole
     // or not at all, and a held member would keep it Busy until restored.
     return !index.cohort_held(id, pool);
-  };
-  // `leaf`: and no page continues it (is_leaf, below).
-  std::function<bool(const LocalIndex::ResidentRef&)> is_leaf;
-  auto eligible = [&](const std::string& k, const LocalIndex::ResidentRef& r, uint64_t size_class, bool leaf) {
-    if (pass != judged_pass || size_class != judged_class) {
-      turned_down.clear();
-      judged_pass = pass;
-      judged_class = size_class;
-    }
-    const LocalIndex::CohortId id{r.put_id, r.group};
-    if (turned_down.count(id)) return false;
-    auto it = index.find(k);  // this key's own state (another key of the cohort may differ): not remembered
-    if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
-    if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
-    if (cohort_ok(id) && (!leaf || is_leaf(r))) return true;
-    turned_down.insert(id);
-    return false;
   };
   // Prefix-aware (some entry names its parent page): cohorts that no held page continues go first,
   // in the tier's own order, one at a time, and their parents may follow in the same round: a chain
@@ -83,7 +64,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     return got;
   };
   // A leaf: no page continues any member of its exact cohort - none here, none on its way.
-  is_leaf = [&](const LocalIndex::ResidentRef& r) {
+  auto is_leaf = [&](const LocalIndex::ResidentRef& r) {
     if (!index.cohort_is_leaf({r.put_id, r.group}, going)) return false;
     if (!marks.continued || marks.continued->empty()) return true;
     for (const auto& id : index.exact_cohort({r.put_id, r.group}))
@@ -92,10 +73,29 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
           if (marks.continued->count(key)) return false;
     return true;
   };
+  // Whether a page resident as `r` may go in this pass; `leaf`: and no page continues it. `find()`
+  // gives its entry: the depth pass has it already, the others look it up only for a cohort not
+  // turned down.
+  auto eligible = [&](auto find, const LocalIndex::ResidentRef& r, uint64_t size_class, bool leaf) {
+    if (pass != judged_pass || size_class != judged_class) {
+      turned_down.clear();
+      judged_pass = pass;
+      judged_class = size_class;
+    }
+    const LocalIndex::CohortId id{r.put_id, r.group};
+    if (turned_down.count(id)) return false;
+    // This key's own state (another key of the cohort may differ): not remembered.
+    const auto it = find();
+    if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
+    if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
+    if (cohort_ok(id) && (!leaf || is_leaf(r))) return true;
+    turned_down.insert(id);
+    return false;
+  };
   auto leaves = [&](uint64_t need, uint64_t size_class) {
     uint64_t got = 0;
     auto leaf = [&](const std::string& k, const LocalIndex::ResidentRef& r) {
-      return eligible(k, r, size_class, true);
+      return eligible([&] { return index.find(k); }, r, size_class, true);
     };
     while (got < need) {
       const size_t at = chosen.size();
@@ -116,7 +116,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
         auto it = index.find(k);
         if (it == index.end() || !index.resident().contains(k)) return false;
         const LocalIndex::ResidentRef r{it->second.put_id, it->second.group};
-        if (!eligible(k, r, size_class, true)) return false;
+        if (!eligible([&] { return it; }, r, size_class, true)) return false;
         pick = k;
         ref = r;
         return true;
@@ -131,7 +131,9 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   auto any = [&](uint64_t need, uint64_t size_class) {
     const size_t at = chosen.size();
     const uint64_t g = index.resident().evict_some_if(
-        need, [&](const std::string& k, const LocalIndex::ResidentRef& r) { return eligible(k, r, size_class, false); }, &chosen);
+        need, [&](const std::string& k, const LocalIndex::ResidentRef& r) {
+          return eligible([&] { return index.find(k); }, r, size_class, false);
+        }, &chosen);
     for (size_t i = at; i < chosen.size(); ++i) index.left_resident(chosen[i].first);
     return g;
   };
