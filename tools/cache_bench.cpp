@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <list>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -300,6 +301,49 @@ struct DepthTier {
   }
 };
 
+// The offline bound: Belady's rule on the same counting - a page not read again goes first, then
+// the one read again last (it sees the future: no cache can be told it, it says what is left).
+double belady_prefix_byte_hits(const std::vector<Request>& trace, uint64_t cap) {
+  std::vector<size_t> next;  // per page read, in trace order: the index of that page's next read
+  {
+    std::vector<uint64_t> keys;
+    for (const auto& r : trace)
+      for (const auto& p : r.pages) keys.push_back(p.key);
+    next.assign(keys.size(), SIZE_MAX);
+    std::unordered_map<uint64_t, size_t> later;
+    for (size_t i = keys.size(); i-- > 0;) {
+      auto [it, fresh] = later.try_emplace(keys[i], i);
+      if (!fresh) {
+        next[i] = it->second;
+        it->second = i;
+      }
+    }
+  }
+  std::set<std::pair<size_t, uint64_t>> by_next;  // next read, key: the last goes first
+  std::unordered_map<uint64_t, size_t> held;      // key -> its next read
+  uint64_t hit = 0, all = 0;
+  size_t at = 0;
+  for (const auto& r : trace) {
+    bool missed = false;
+    for (size_t i = 0; i < r.pages.size(); ++i, ++at) {
+      const uint64_t k = r.pages[i].key;
+      all += kLlmPage;
+      auto h = held.find(k);
+      if (!missed && i < r.reads && h != held.end()) hit += kLlmPage;
+      else missed = true;
+      if (h != held.end()) by_next.erase({h->second, k});
+      held[k] = next[at];
+      by_next.insert({next[at], k});
+      while (held.size() * kLlmPage > cap) {
+        auto last = std::prev(by_next.end());
+        held.erase(last->second);
+        by_next.erase(last);
+      }
+    }
+  }
+  return 100.0 * double(hit) / double(all);
+}
+
 WeightedCache<uint64_t, uint32_t>::Options tier_options(uint64_t cap, uint64_t keys, bool bounded) {
   WeightedCache<uint64_t, uint32_t>::Options o;
   o.max_capacity = cap;
@@ -396,9 +440,10 @@ int main(int argc, char** argv) {
     // and that tier with prefix-aware eviction (leaves first). Seeds 45-49: the median, min, max.
     std::printf("\nLLM multi-turn prefix, prefix byte-hit ratio %% (hits up to a request's first miss), seeds 45-49 median [min, max];"
                 " depth order stale A = %g, B = %g capacities (0: none):\n", g_stale[0], g_stale[1]);
-    std::printf("%-6s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU", "owner tier",
-                "owner, prefix-aware", "..., leaves by recency", "depth order, stale A", "depth order, stale B",
-                "prefix-aware - LRU", "depth order - LRU, points");
+    std::printf("%-6s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", "cache", "LRU", "W-TinyLFU",
+                "owner tier", "owner, prefix-aware", "..., leaves by recency", "depth order, stale A",
+                "depth order, stale B", "depth order, auto", "Belady (offline bound)", "prefix-aware - LRU",
+                "depth order A - LRU", "depth order auto - LRU, points");
     std::vector<std::vector<Request>> traces;
     std::vector<uint64_t> distincts;
     for (uint64_t seed : {45, 46, 47, 48, 49}) {
@@ -407,7 +452,7 @@ int main(int argc, char** argv) {
       distincts.push_back(distinct);
     }
     for (double frac : {0.01, 0.02, 0.05, 0.10, 0.20}) {
-      std::vector<double> col[7], delta, depth_delta;
+      std::vector<double> col[9], delta, depth_delta, auto_delta;
       for (size_t i = 0; i < traces.size(); ++i) {
         const uint64_t cap = uint64_t(double(distincts[i]) * frac) * kLlmPage;
         LruCache lru{Lru(cap)};
@@ -425,8 +470,12 @@ int main(int argc, char** argv) {
         DepthTier depth{DepthOrder(horizon(g_stale[0])), cap}, depth_only{DepthOrder(horizon(g_stale[1])), cap};
         col[5].push_back(prefix_byte_hits(traces[i], depth));
         col[6].push_back(prefix_byte_hits(traces[i], depth_only));
+        DepthTier depth_auto{DepthOrder(DepthOrder::kAdaptive), cap};
+        col[7].push_back(prefix_byte_hits(traces[i], depth_auto));
+        col[8].push_back(belady_prefix_byte_hits(traces[i], cap));
         delta.push_back(col[3].back() - col[0].back());
         depth_delta.push_back(col[5].back() - col[0].back());
+        auto_delta.push_back(col[7].back() - col[0].back());
       }
       auto med = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
@@ -434,9 +483,11 @@ int main(int argc, char** argv) {
         std::snprintf(b, sizeof b, "%6.2f [%6.2f, %6.2f]", v[v.size() / 2], v.front(), v.back());
         return std::string(b);
       };
-      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", frac * 100, med(col[0]).c_str(),
-                  med(col[1]).c_str(), med(col[2]).c_str(), med(col[3]).c_str(), med(col[4]).c_str(),
-                  med(col[5]).c_str(), med(col[6]).c_str(), med(delta).c_str(), med(depth_delta).c_str());
+      std::printf("%-6.0f%% %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %-22s %s\n", frac * 100,
+                  med(col[0]).c_str(), med(col[1]).c_str(), med(col[2]).c_str(), med(col[3]).c_str(),
+                  med(col[4]).c_str(), med(col[5]).c_str(), med(col[6]).c_str(), med(col[7]).c_str(),
+                  med(col[8]).c_str(), med(delta).c_str(), med(depth_delta).c_str(), med(auto_delta).c_str());
+      std::fflush(stdout);
     }
   }
   if (g_only.empty() || std::string("LLM multi-turn prefix").find(g_only) != std::string::npos) {

@@ -436,6 +436,16 @@ def find_fluxon_bin():
     raise SystemExit("fluxon binary not found: set FLUXON_BIN")
 
 
+def _stale_turnover(v: str):
+    """--eviction-stale-turnover: auto, or a number of segments (the owner checks its range)."""
+    if v == "auto":
+        return v
+    try:
+        return float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"auto or a number of segments, not {v!r}")
+
+
 def _double(size: str) -> str:
     units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
     for u, m in units.items():
@@ -474,9 +484,10 @@ def main(argv=None):
                     help="with --hot-writeback: on - a written-back cohort leaves the instance owner (single-copy "
                          "demotion); off - it stays, remote-complete, evicted first (default: the owner's, on; "
                          "--compare: off)")
-    ap.add_argument("--eviction-stale-turnover", type=float, default=None,
-                    help="with prefix_depth: the owners' eviction_stale_turnover (default: the owner's, 4; "
-                         "--compare: 1000 - every session of the trace lives to its last turn, none goes stale)")
+    ap.add_argument("--eviction-stale-turnover", type=_stale_turnover, default=None,
+                    help="with prefix_depth: the owners' eviction_stale_turnover, auto or segments (default: the "
+                         "owner's, 4; --compare: 1000 - every session of the trace lives to its last turn, none "
+                         "goes stale)")
     ap.add_argument("--eviction-order", choices=["tier", "prefix_depth"], default=None,
                     help="the owners' eviction_order (default: the owner's, tier; --compare: prefix_depth)")
     ap.add_argument("--eviction-free-watermark", type=float, default=None,

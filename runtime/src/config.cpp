@@ -207,12 +207,13 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
   }
   if (n["eviction_stale_turnover"]) {
     double v = 0;
+    const bool is_auto = n["eviction_stale_turnover"].IsScalar() && n["eviction_stale_turnover"].Scalar() == "auto";
     try {
-      v = n["eviction_stale_turnover"].as<double>();
+      if (!is_auto) v = n["eviction_stale_turnover"].as<double>();
     } catch (const YAML::Exception&) {
     }
-    if (!(v >= 0.5 && v <= 1000))
-      return invalid_argument(where + ".eviction_stale_turnover: must be a number of segments in [0.5, 1000]");
+    if (!is_auto && !(v >= 0.5 && v <= 1000))
+      return invalid_argument(where + ".eviction_stale_turnover: must be auto or a number of segments in [0.5, 1000]");
     if (!o.eviction_prefix_depth)
       return invalid_argument(where + ".eviction_stale_turnover: only with eviction_order: prefix_depth");
     o.eviction_stale_turnover = v;
@@ -420,7 +421,13 @@ std::string describe(const ClusterConfig& c) {
       << b(w.eviction_tp_cohorts) << "\n    eviction_free_watermark: " << w.eviction_free_watermark
       << "\n    idle_grant_shrink_ms: " << w.idle_grant_shrink_ms
       << "\n    eviction_order: " << (w.eviction_prefix_depth ? "prefix_depth" : "tier");
-    if (w.eviction_prefix_depth) o << "\n    eviction_stale_turnover: " << w.eviction_stale_turnover;
+    if (w.eviction_prefix_depth) {
+      o << "\n    eviction_stale_turnover: ";
+      if (w.eviction_stale_turnover == 0)
+        o << "auto";
+      else
+        o << w.eviction_stale_turnover;
+    }
     if (w.hot_writeback_ratio > 0) o << "\n    replica_writeback_hot_capacity_ratio: " << w.hot_writeback_ratio;
     if (w.spill_free_ratio > 0) o << "\n    spill_free_ratio: " << w.spill_free_ratio;
     o << "\n    writeback_demote: " << b(w.writeback_demote) << "\n    writeback_timeout_ms: " << w.writeback_timeout_ms

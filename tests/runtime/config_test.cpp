@@ -189,7 +189,15 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
   CHECK(err("owners: [{eviction_stale_turnover: 2}]").find("owners[0].eviction_stale_turnover: only with") !=
         std::string::npos);
   CHECK(err("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: 0.1}]")
-            .find("owners[0].eviction_stale_turnover: must be a number of segments in [0.5, 1000]") != std::string::npos);
+            .find("owners[0].eviction_stale_turnover: must be auto or a number of segments in [0.5, 1000]") !=
+        std::string::npos);
+  CHECK(err("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: automatic}]")
+            .find("owners[0].eviction_stale_turnover: must be auto or") != std::string::npos);
+  // auto: the horizon follows the re-read intervals (0 in the resolved config, printed as auto).
+  auto adaptive = parse_config_text("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: auto}]\n");
+  REQUIRE(adaptive.ok());
+  CHECK(adaptive->owners[0].eviction_stale_turnover == 0);
+  CHECK(describe(*adaptive).find("eviction_stale_turnover: auto") != std::string::npos);
   // Owner-hot write-back: a ratio in (0, 1), and only with strict placement.
   CHECK(err("owners: [{replica_writeback_hot_capacity_ratio: 0}]").find("must be in (0, 1)") != std::string::npos);
   CHECK(err("master: {replica_task_placement: {restrict_to_remote_only_node_roles: false}}\n"

@@ -177,6 +177,58 @@ TEST_CASE("DepthOrder: stale first (oldest first), then the deepest, the least r
   CHECK(DepthOrder(4096).keep_cut() == std::nullopt);  // empty
 }
 
+TEST_CASE("DepthOrder: kAdaptive - the stale horizon is twice the 90th percentile of the re-read intervals, and follows them") {
+  DepthOrder o(DepthOrder::kAdaptive);
+  CHECK(o.adaptive());
+  CHECK(o.stale_bytes() == UINT64_MAX);  // nothing seen yet: nothing stale
+  // A loop of `live` sessions re-read in turn while one new page is admitted per read: every
+  // re-read comes `live` pages (of 4 KiB) after the last one.
+  uint64_t fresh = 0, turn = 0;
+  auto sessions = [&](int live) {
+    for (int i = 0; i < live; ++i) o.admit("live" + std::to_string(i), 1, 4096);
+    turn = 0;
+  };
+  auto loop = [&](int live, uint64_t reads) {
+    for (uint64_t n = 0; n < reads; ++n) {
+      o.admit("new" + std::to_string(fresh++), 5, 4096);
+      o.touch("live" + std::to_string(turn++ % live));
+    }
+  };
+  sessions(10);
+  loop(10, DepthOrder::kAdaptTouches - 1);
+  CHECK(o.stale_bytes() == UINT64_MAX);  // one read short of the first setting
+  CHECK_FALSE(o.stale("new0"));
+  loop(10, 1);
+  // 40 KiB between reads: the bucket below 64 KiB, twice that is 128 KiB (32 pages).
+  CHECK(o.stale_bytes() == (uint64_t(128) << 10));
+  CHECK(o.stale("new0"));                          // untouched for 4,000 admissions
+  CHECK_FALSE(o.stale("new" + std::to_string(fresh - 30)));  // 30 pages ago: within the horizon
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(o.stale("live" + std::to_string(i)));
+  std::vector<std::string> first;
+  o.visit([&](const std::string& k) {
+    first.push_back(k);
+    return true;
+  });
+  CHECK(first == std::vector<std::string>{"new0"});  // stale goes first, the oldest
+  // The sessions wait longer now (100 of them): one window later the horizon follows (400 KiB
+  // between reads: the bucket below 512 KiB, twice that 1 MiB), and a page 200 admissions old
+  // is live again.
+  sessions(100);
+  loop(100, DepthOrder::kAdaptTouches);
+  CHECK(o.stale_bytes() == (uint64_t(1) << 20));
+  CHECK_FALSE(o.stale("new" + std::to_string(fresh - 200)));
+  CHECK(o.stale("new" + std::to_string(fresh - 300)));
+  // Back to 10 sessions: the old counts fade by half at each setting, so three windows later the
+  // horizon is 128 KiB again (kept whole, the 4,096 long intervals would hold it at 1 MiB for nine).
+  sessions(10);
+  loop(10, 3 * DepthOrder::kAdaptTouches);
+  CHECK(o.stale_bytes() == (uint64_t(128) << 10));
+  // A fixed horizon never moves.
+  DepthOrder fixed(4096);
+  CHECK_FALSE(fixed.adaptive());
+  CHECK(fixed.stale_bytes() == 4096);
+}
+
 TEST_CASE("ReplicaBudget: the pressure is evicted per admitted slot over the last window, fading in proportion") {
   ReplicaBudget b;
   b.observe(0, 0, 100);

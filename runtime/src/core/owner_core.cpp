@@ -544,6 +544,8 @@ OwnerStats OwnerCore::stats() const {
   r.replica_retries_waiting = replicas_.retries_waiting();
   r.writeback_jobs = writeback_.pending();
   r.hot_bytes = hot_bytes();
+  if (const DepthOrder* order = s_.local.depth_order())
+    r.eviction_stale_bytes = order->stale_bytes() == UINT64_MAX ? 0 : order->stale_bytes();
   r.replica_budget_pressure_permille = uint64_t(put_.replica_pressure() * 1000 + 0.5);
   r.pending_eviction_reclaim_bytes = reclaim_.debt_bytes();
   gets_.fill_stats(r);

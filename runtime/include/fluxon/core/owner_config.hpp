@@ -35,6 +35,8 @@ struct OwnerCoreConfig {
   // then the deepest pages of their prefixes (content_depths; carried with write-backs and replica
   // tasks), least recently read first: every session keeps its prefix, which a restore can use,
   // instead of an LRU's whole histories of the sessions read last (DepthOrder).
+  // eviction_stale_turnover: auto (0 here) sets the horizon from the re-read intervals the owner
+  // sees (DepthOrder::kAdaptive): no per-workload tuning.
   bool eviction_prefix_depth = false;
   double eviction_stale_turnover = 4.0;
   // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots

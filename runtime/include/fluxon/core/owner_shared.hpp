@@ -83,7 +83,9 @@ struct OwnerShared {
         pool(segment_len, c.grant_bytes, c.expected_capacity),
         local(segment_len, c.hot_writeback_ratio, c.eviction_tp_cohorts,
               c.eviction_prefix_depth
-                  ? std::optional<uint64_t>(uint64_t(c.eviction_stale_turnover * double(segment_len)))
+                  ? std::optional<uint64_t>(c.eviction_stale_turnover == 0
+                                                ? DepthOrder::kAdaptive
+                                                : uint64_t(c.eviction_stale_turnover * double(segment_len)))
                   : std::nullopt) {}
 
   const OwnerCoreConfig cfg;
