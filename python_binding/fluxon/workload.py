@@ -486,8 +486,7 @@ def main(argv=None):
                          "--compare: off)")
     ap.add_argument("--eviction-stale-turnover", type=_stale_turnover, default=None,
                     help="with prefix_depth: the owners' eviction_stale_turnover, auto or segments (default: the "
-                         "owner's, 4; --compare: 1000 - every session of the trace lives to its last turn, none "
-                         "goes stale)")
+                         "owner's, auto - the horizon follows the re-read intervals the owner sees)")
     ap.add_argument("--eviction-order", choices=["tier", "prefix_depth"], default=None,
                     help="the owners' eviction_order (default: the owner's, tier; --compare: prefix_depth)")
     ap.add_argument("--eviction-free-watermark", type=float, default=None,
@@ -645,7 +644,6 @@ def compare(a) -> int:
                 b.hot_writeback = a.hot_share
                 b.eviction_order = a.eviction_order or "prefix_depth"
                 b.writeback_demote = a.writeback_demote or "off"
-                b.eviction_stale_turnover = a.eviction_stale_turnover or 1000
             if not a.json:
                 print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
             row = summarize(b, run_once(b))

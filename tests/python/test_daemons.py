@@ -545,7 +545,8 @@ def test_prefix_depth_eviction_keeps_every_sessions_prefix_in_a_real_owner(tmp_p
     a put on its way continues (the session being written keeps its chain). The tier order (the
     default, the control) eats the oldest session first, tail first."""
     cluster = Cluster(tmp_path, f"depth{free_port()}", dram="16MiB", metrics=True,
-                      owner_extra=f"eviction_free_watermark: 0\neviction_order: {order}").start()
+                      owner_extra=f"eviction_free_watermark: 0\neviction_order: {order}" +
+                      ("\neviction_stale_turnover: 2" if order == "prefix_depth" else "")).start()
     try:
         c = fluxon.KvClient(cluster.client_config())
         size = 64 << 10                          # 16 MiB of 64 KiB slots: 256
@@ -567,6 +568,9 @@ def test_prefix_depth_eviction_keeps_every_sessions_prefix_in_a_real_owner(tmp_p
             assert not any(c.exists_prefix([key]).prefix_len for key in keys[k:])
         assert kept[3] == per, kept  # the last session's pages were continued while it wrote them
         if order == "prefix_depth":
+            # A fixed horizon of 2 segments (32 MiB: more than the 24 MiB written, nothing went stale),
+            # as the owner reports it.
+            assert sample(scrape(cluster.owner_metrics[0]), "fluxon_owner_eviction_stale_bytes") == 32 << 20
             # The deepest went, whoever wrote them: the earlier sessions keep equal prefixes.
             assert min(kept[:3]) >= 40 and max(kept[:3]) - min(kept[:3]) <= 2, kept
         else:

@@ -35,10 +35,10 @@ struct OwnerCoreConfig {
   // then the deepest pages of their prefixes (content_depths; carried with write-backs and replica
   // tasks), least recently read first: every session keeps its prefix, which a restore can use,
   // instead of an LRU's whole histories of the sessions read last (DepthOrder).
-  // eviction_stale_turnover: auto (0 here) sets the horizon from the re-read intervals the owner
-  // sees (DepthOrder::kAdaptive): no per-workload tuning.
+  // eviction_stale_turnover: auto (0 here, the default) sets the horizon from the re-read intervals
+  // the owner sees (DepthOrder::kAdaptive): no per-workload tuning; a number fixes it in segments.
   bool eviction_prefix_depth = false;
-  double eviction_stale_turnover = 4.0;
+  double eviction_stale_turnover = 0;
   // Pressure: once no grant is left to carve, each tick keeps this share of a slot class's slots
   // free by evicting ahead of the claims (bounded per round, in-flight bytes counted), so that a
   // put does not wait for a route removal. 0: evict only when a claim finds no slot.
