@@ -351,6 +351,37 @@ TEST_CASE("eviction: prefix_depth - the deepest goes first even while a write-ba
   CHECK(ev.select(ix, pool, 4096, 4096, 0, marks) == V{{3, 0}});
 }
 
+TEST_CASE("eviction: a cohort with a member still on its way to the master (its route not yet live) is not selected") {
+  ReservePool pool(1 << 20, 1 << 20, {});
+  LocalIndex ix(1 << 20, 0, /*tp_cohorts=*/true);
+  Eviction ev({true, 1 << 20, 0});
+  // a_0_2 (rank 0's copy, the coldest) is live; rank 1's copy of the same group, a_1_2, is committed
+  // here but its route is not acknowledged yet; b_0_2 is live and the most recent.
+  live_entry(pool, ix, "a_0_2", 1);
+  auto c = pool.try_claim(4096, 1);
+  REQUIRE((c.ok() && c.value()));
+  const SlotRef pending = (*c.value())[0];
+  pool.commit_local(pending);
+  LocalIndex::Entry e;
+  e.put_id = 2;
+  e.slot = pending;
+  e.len = 4096;
+  ix.insert("a_1_2", e);
+  live_entry(pool, ix, "b_0_2", 3);
+  auto never = [](LocalIndex::CohortId) { return false; };
+  const Eviction::Marks none{never, never};
+  using V = std::vector<LocalIndex::CohortId>;
+  REQUIRE(ix.exact_cohort({1, 0}) == V{{1, 0}, {2, 0}});
+  // Without the rule a_0_2 would go alone, and the master (which may list a_1_2 already) would refuse
+  // the reclaim as not the whole cohort.
+  CHECK(ev.select(ix, pool, 4096, 4096, 0, none) == V{{3, 0}});
+  // Acknowledged: the cohort goes whole.
+  pool.route_live(pending);
+  ix.find("a_1_2")->second.live = true;
+  ix.enter_resident("a_1_2", {2, 0}, 4096);
+  CHECK(ev.select(ix, pool, 4096, 2 * 4096, 0, none) == V{{1, 0}, {2, 0}});
+}
+
 TEST_CASE("eviction: prefix_depth - a page untouched while the owner admitted the stale bytes goes before deeper live ones") {
   ReservePool pool(1 << 20, 1 << 20, {});
   LocalIndex ix(1 << 20, 0, false, /*depth_stale_bytes=*/uint64_t(8) << 10);

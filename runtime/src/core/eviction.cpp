@@ -33,7 +33,18 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     }
     // Never a page a reader holds now, nor one whose exact cohort has one: the cohort goes whole
     // or not at all, and a held member would keep it Busy until restored.
-    return !index.cohort_held(id, pool);
+    if (index.cohort_held(id, pool)) return false;
+    // Nor a cohort with a member still on its way to the master (committed here, its route not yet
+    // acknowledged): the master may list it already, and a reclaim without it is refused as not
+    // the whole cohort (Closure), backed off and tried again while a claim waits. The depth order
+    // meets this most: the deepest pages are the ones just written.
+    for (const auto& c : index.exact_cohort(id))
+      if (const auto* keys = index.cohort(c))
+        for (const auto& key : *keys) {
+          auto it = index.find(key);
+          if (it != index.end() && it->second.put_id == c.first && !it->second.live) return false;
+        }
+    return true;
   };
   // Prefix-aware (some entry names its parent page): cohorts that no held page continues go first,
   // in the tier's own order, one at a time, and their parents may follow in the same round: a chain
