@@ -241,7 +241,7 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     pending_nodes = []
     totals = {k: 0 for k in ("requests", "tokens", "l1", "l2", "l3", "l3_joined", "l3_leader", "recomputed",
                              "backup_bytes", "restore_bytes", "verify_failures", "backups", "restores",
-                             "remote_restores", "prefill_seconds")}
+                             "remote_restores", "prefill_seconds", "round_wait_seconds")}
     per_round = []
     suffix = f"_{a.model}_{rank}_{a.tp}"
 
@@ -389,10 +389,12 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         r_tot["seconds"] = time.perf_counter() - t_round
         # A turn follows the previous turn of its session: the round ends on every instance, its
         # backups published, before the next begins (a migrated session finds its history).
+        t_wait = time.perf_counter()
         while pending_nodes:
             settle()
             time.sleep(0.0005)
         round_barrier.wait()
+        r_tot["round_wait_seconds"] = time.perf_counter() - t_wait
         for k in totals:
             totals[k] += r_tot[k]
         per_round.append(r_tot)
@@ -850,9 +852,11 @@ def print_report(a, run):
         print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls, instance 0 rank 0){note}")
     own, lu = r0["totals"], r0["latency_us"]
     calls = {k: lu[k]["sum_s"] for k in ("put_start", "get_start", "get_transfer")}
+    rest = own["seconds"] - own["prefill_seconds"] - own["round_wait_seconds"] - sum(calls.values())
     print(f"  time of instance 0 rank 0: {own['seconds']:.2f} s = modelled prefill {own['prefill_seconds']:.2f} s + "
           + " + ".join(f"{k} {v:.2f} s" for k, v in calls.items())
-          + f" + the rest {own['seconds'] - own['prefill_seconds'] - sum(calls.values()):.2f} s (the pool, verifying, waits)")
+          + f" + round ends {own['round_wait_seconds']:.2f} s (its backups published, the other ranks)"
+          + f" + the rest {rest:.2f} s (the pool, verifying, polls)")
     bad = run["verify_failures"]
     mism = [r["counters"]["tp_mismatch_retry"] for r in results]
     st = r0["owner_stats"]
