@@ -9,7 +9,8 @@
 # against DIR/sysroot: the Debian packages of SYSROOT_PKGS unpacked with `dpkg -x`. Then it runs
 # `python3 -m fluxon.workload --gpu` with that package: pages move between GPU memory and Fluxon
 # values by the CUDA kernels. FLUXON_GPU_REUSE=1 skips the install when the machine (still warm)
-# holds the package a previous call installed from the same sources. Logs: $OUT/build.log, $OUT/workload.log. Afterwards, in the same shell
+# holds the package a previous call installed from the same sources. Logs: $OUT/build.log,
+# $OUT/workload.log. Afterwards, in the same shell
 # setup (LD_LIBRARY_PATH=DIR/sysroot/usr/lib/x86_64-linux-gnu), `python3 tools/real_kv.py` imports
 # the installed package too.
 set -euo pipefail
@@ -111,8 +112,9 @@ export PIP_BREAK_SYSTEM_PACKAGES=1
 echo "FLUXON_CMAKE_ARGS=$FLUXON_CMAKE_ARGS" >"$OUT/build.log"
 # FLUXON_GPU_REUSE=1: a later call on the same (still warm) machine keeps the package the last one
 # installed from this tree, when there is one (its stamp names the tree's python and C++ sources).
-STAMP=$(cat pyproject.toml CMakeLists.txt $(git ls-files 2>/dev/null | grep -E '\.(cpp|hpp|cu|cuh|h|py|fbs|txt)$' ||
-  find . -path ./.device-exp -prune -o -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.py' -o -name '*.fbs' \) -print | sort) | sha1sum | cut -c1-16)
+STAMP=$(find . \( -path ./.device-exp -o -path ./build -o -path ./.git \) -prune -o -type f \( -name '*.cpp' \
+  -o -name '*.hpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.fbs' -o -name '*.txt' \
+  -o -name '*.toml' \) -print | sort | xargs cat | sha1sum | cut -c1-16)
 if [[ ${FLUXON_GPU_REUSE:-0} == 1 && -f /tmp/fluxon-gpu-installed && $(cat "/tmp/fluxon-gpu-installed") == "$STAMP" ]]; then
   echo "gpu-workload: reusing the package installed from this tree ($STAMP)"
 else

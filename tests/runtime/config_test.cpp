@@ -193,7 +193,12 @@ TEST_CASE("config: the design's placement and tier keys - replica_task_placement
         std::string::npos);
   CHECK(err("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: automatic}]")
             .find("owners[0].eviction_stale_turnover: must be auto or") != std::string::npos);
-  // auto: the horizon follows the re-read intervals (0 in the resolved config, printed as auto).
+  // auto (the default): the horizon follows the re-read intervals (0 in the resolved config, printed
+  // as auto).
+  auto depth_default = parse_config_text("owners: [{eviction_order: prefix_depth}]\n");
+  REQUIRE(depth_default.ok());
+  CHECK(depth_default->owners[0].eviction_stale_turnover == 0);
+  CHECK(describe(*depth_default).find("eviction_stale_turnover: auto") != std::string::npos);
   auto adaptive = parse_config_text("owners: [{eviction_order: prefix_depth, eviction_stale_turnover: auto}]\n");
   REQUIRE(adaptive.ok());
   CHECK(adaptive->owners[0].eviction_stale_turnover == 0);

@@ -12,11 +12,11 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> chosen;
   // The pass: 0 remote-complete only, 1 leaves only, 2 anything not pinned, 3 anything.
   int pass = 0;
-  // Cohorts this pass turned down for what they are (taken, pinned, not remote-complete, held, not a
-  // leaf). Each selection scans the order from its start, and without this every scan judged again
+  // Cohorts this pass turned down for what they are (taken, pinned, not remote-complete, held or
+  // being published, not a leaf). Each selection scans the order from its start, and without this every scan judged again
   // every cohort ahead of the first eligible one: quadratic in the entries, a whole core at 7,000
   // of them (profiled: a 28 MiB owner of 4 KiB pages in the tier order with chains spent its ticks
-  // in cohort_is_leaf, cohort_held and exact_cohort, and its puts waited up to 0.9 s). Nothing a
+  // in cohort_is_leaf, the held check and exact_cohort, and its puts waited up to 0.9 s). Nothing a
   // cohort is judged on changes within a select but one thing - a parent whose children go may be
   // a leaf now: rest_of_cohort forgets those.
   std::set<LocalIndex::CohortId> turned_down;
@@ -31,20 +31,11 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
       for (const auto& c : index.exact_cohort(id))
         if (!index.remote_complete(c)) return false;
     }
-    // Never a page a reader holds now, nor one whose exact cohort has one: the cohort goes whole
-    // or not at all, and a held member would keep it Busy until restored.
-    if (index.cohort_held(id, pool)) return false;
-    // Nor a cohort with a member still on its way to the master (committed here, its route not yet
-    // acknowledged): the master may list it already, and a reclaim without it is refused as not
-    // the whole cohort (Closure), backed off and tried again while a claim waits. The depth order
-    // meets this most: the deepest pages are the ones just written.
-    for (const auto& c : index.exact_cohort(id))
-      if (const auto* keys = index.cohort(c))
-        for (const auto& key : *keys) {
-          auto it = index.find(key);
-          if (it != index.end() && it->second.put_id == c.first && !it->second.live) return false;
-        }
-    return true;
+    // Never a cohort that cannot go whole now: a member a reader holds would keep it Busy until
+    // restored; a member whose route is still on its way to the master gets the reclaim refused
+    // (Closure), backed off and tried again while a claim waits - the depth order met this most,
+    // its deepest pages being the ones just written.
+    return !index.cohort_busy(id, pool);
   };
   // Prefix-aware (some entry names its parent page): cohorts that no held page continues go first,
   // in the tier's own order, one at a time, and their parents may follow in the same round: a chain

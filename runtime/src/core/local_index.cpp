@@ -28,12 +28,14 @@ LocalIndex::LocalIndex(uint64_t segment_len, double hot_ratio, bool tp_cohorts,
   if (depth_stale_bytes) order_.emplace(*depth_stale_bytes);
 }
 
-bool LocalIndex::cohort_held(CohortId id, const ReservePool& pool) const {
+bool LocalIndex::cohort_busy(CohortId id, const ReservePool& pool) const {
   for (const auto& c : exact_cohort(id))
     if (const auto* keys = cohort(c))
       for (const auto& key : *keys) {
         auto m = find(key);
-        if (m != end() && m->second.live && pool.slot(m->second.slot).holder_refs > 0) return true;
+        if (m == end()) continue;
+        if (m->second.live && pool.slot(m->second.slot).holder_refs > 0) return true;  // a reader holds it
+        if (!m->second.live && m->second.put_id == c.first) return true;  // its route is on its way
       }
   return false;
 }

@@ -470,8 +470,9 @@ void OwnerCore::take_tier_victims(const Envelope& reply, Millis now, Outbox& out
       s_.counters.tier_victims_taken_total++;
       continue;
     }
-    // Held, or no room for a transaction: the master hands it again or takes it back into T2.
-    if (reclaim_.full() || s_.local.cohort_held(id, s_.pool)) {
+    // Held, still being published, or no room for a transaction: the master hands it again or
+    // takes it back into T2.
+    if (reclaim_.full() || s_.local.cohort_busy(id, s_.pool)) {
       s_.counters.tier_victims_busy_total++;
       continue;
     }

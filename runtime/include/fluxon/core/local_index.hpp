@@ -107,8 +107,10 @@ class LocalIndex {
   // The exact cohort of `id`: itself and, with tp_cohorts, the same group of the other TP ranks
   // (keys with SGLang's "_<rank>_<size>" suffix): a half-evicted TP cohort restores on no rank.
   std::vector<CohortId> exact_cohort(CohortId id) const;
-  // A live member of the exact cohort of `id` is held by a reader now: the cohort cannot go whole.
-  bool cohort_held(CohortId id, const ReservePool& pool) const;
+  // The cohort cannot go whole now: a live member of the exact cohort of `id` is held by a reader,
+  // or a member is committed here with its route not yet acknowledged - the master may list it
+  // already and would refuse a reclaim without it as not the whole cohort (Closure).
+  bool cohort_busy(CohortId id, const ReservePool& pool) const;
   // Prefix chains (radix_parent_keys): some entry named a parent; and whether no entry outside
   // the exact cohort of `id` continues one of its pages (a leaf: taking it orphans nothing).
   // Remote-complete cohorts: a write-back found every key of the exact cohort set backed on a
