@@ -494,6 +494,8 @@ def main(argv=None):
     ap.add_argument("--eviction-free-watermark", type=float, default=None,
                     help="the instance owners' eviction_free_watermark (default: the owner's, 0.02; --compare: 0.1 "
                          "for split's store and unified's instance owners alike - puts find a free slot at once)")
+    ap.add_argument("--eviction-interval-ms", type=int, default=None,
+                    help="the owners' eviction_interval_ms (default: the owner's, 200)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
     ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
@@ -546,17 +548,50 @@ def main(argv=None):
     return 0 if run["ok"] else 1
 
 
-def working_set_pages(a) -> int:
-    """Distinct pages of the seeded trace, per rank: what a cache must hold to miss only first sights."""
-    seen = set()
+def trace_pages(a):
+    """The seeded trace as one rank reads it: each request's full pages in order (every rank's
+    sequence is this one under its own keys), and the tokens of all requests."""
+    pages, tokens_total = [], 0
     pt = a.page_tokens
     for _turn, batch in Requests(a).rounds():
         for _sid, _inst, tokens, _out in batch:
-            prev = ""
+            prev, req = "", []
             for p in range(len(tokens) // pt):
                 prev = page_hash(prev, tokens[p * pt:(p + 1) * pt])
-                seen.add(prev)
-    return len(seen)
+                req.append(prev)
+            pages.append(req)
+            tokens_total += len(tokens)
+    return pages, tokens_total
+
+
+def min_bound_pct(pages, tokens_total: int, page_tokens: int, capacity_pages: int) -> float:
+    """Belady's MIN over the trace's page reads with `capacity_pages` per rank (L1 + L2 + L3 as one
+    cache): the % of tokens that any cache of that size could find, as the report counts hits. Every
+    read is counted, not only a request's leading run (a restore stops at the first miss), so it
+    bounds every order's hits. MIN: a read that misses is admitted unless its next read is later than
+    that of every page held, else the page read again last goes (bypass keeps it optimal)."""
+    import heapq
+    if capacity_pages <= 0:
+        return 0.0
+    seq = [h for req in pages for h in req]
+    n = len(seq)
+    nxt, last = [0] * n, {}
+    for i in range(n - 1, -1, -1):
+        nxt[i] = last.get(seq[i], n + i)  # never again: later than the end, and distinct
+        last[seq[i]] = i
+    held, heap, hits = {}, [], 0  # page -> its next read; heap of (-next read, page), stale ones skipped
+    for i, h in enumerate(seq):
+        if h in held:
+            hits += 1
+        elif len(held) >= capacity_pages:
+            while -heap[0][0] != held.get(heap[0][1]):
+                heapq.heappop(heap)
+            if -heap[0][0] < nxt[i]:
+                continue  # read again after every page held: not admitted
+            del held[heapq.heappop(heap)[1]]
+        held[h] = nxt[i]
+        heapq.heappush(heap, (-nxt[i], h))
+    return 100.0 * hits * page_tokens / max(1, tokens_total)
 
 
 def _bytes(size) -> int:
@@ -619,7 +654,8 @@ def compare(a) -> int:
     a.grant = a.grant or "1MiB"
     grant = _bytes(a.grant)
     page_bytes = a.page_tokens * a.item_bytes
-    ws_pages = working_set_pages(a)
+    trace, trace_tokens = trace_pages(a)
+    ws_pages = len({h for req in trace for h in req})
     ws = ws_pages * page_bytes * a.tp
     if not a.json:
         print(f"trace: {a.sessions} sessions x {a.turns} turns, {a.instances} instance(s) x TP {a.tp}, seed {a.seed}; "
@@ -650,7 +686,11 @@ def compare(a) -> int:
                 print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
             row = summarize(b, run_once(b))
             row.update({"capacity_pct": point, "capacity_bytes": l3 + l2_owner * a.instances, "l3_bytes": l3,
-                        "l2_bytes": l2_owner * a.instances})
+                        "l2_bytes": l2_owner * a.instances,
+                        # The same bytes and every instance's L1 as one cache of each rank's pages.
+                        "min_bound": min_bound_pct(trace, trace_tokens, a.page_tokens,
+                                                   (l3 + l2_owner * a.instances) // a.tp // page_bytes
+                                                   + a.gpu_pages * a.instances)})
             rows.append(row)
             if not a.json:
                 print(f" {row['total']:.1f}% hits, {row['req_s']:.1f} req/s")
@@ -676,7 +716,8 @@ def compare(a) -> int:
             un = next(r for r in rows if r["capacity_pct"] == point and r["mode"] == "unified")
             print(f"  {point:g}%: unified - split = {un['total'] - sp['total']:+.1f} points of total hits, "
                   f"req/s x{un['req_s'] / max(1e-9, sp['req_s']):.2f}, single-copy logical bytes "
-                  f"x{un['logical_bytes'] / max(1, sp['logical_bytes']):.2f}")
+                  f"x{un['logical_bytes'] / max(1, sp['logical_bytes']):.2f}; Belady's MIN (L1 + this capacity as "
+                  f"one cache) {sp['min_bound']:.1f}%")
     return 0 if ok else 1
 
 
@@ -751,6 +792,8 @@ def run_once(a):
                 hot += f", writeback_demote: {'true' if a.writeback_demote == 'on' else 'false'}"
             if a.eviction_free_watermark is not None:
                 hot += f", eviction_free_watermark: {a.eviction_free_watermark}"
+            if a.eviction_interval_ms is not None:
+                hot += f", eviction_interval_ms: {a.eviction_interval_ms}"
             hot += order
             mp_ = free_port()
             metrics_ports.append(("store" if split else f"instance {i}", mp_))
