@@ -291,7 +291,9 @@ struct Rig {
   std::deque<std::pair<uint64_t, Envelope>> held;
   std::function<bool(const Envelope&)> hold = [](const Envelope&) { return false; };
 
-  explicit Rig(const OwnerCoreConfig& cfg = config()) : o(cfg, 1, "seg", 1 << 20) {
+  // t2: the master's replica_cache_capacity_ratio (T2 victims handed on its replies), 0: none.
+  explicit Rig(const OwnerCoreConfig& cfg = config(), double t2 = 0) : o(cfg, 1, "seg", 1 << 20) {
+    if (t2 > 0) m.set_tiers(t2, 0);
     Outbox out;
     o.start(now, out);
     absorb(out);
@@ -625,6 +627,36 @@ TEST_CASE("master T1: a PutDone item refused while another version held the key 
   CHECK(m.route_count() == 0);  // never a route to the slot freed on the first answer
   pd.put_id = 5;                // a newer put of the key is welcome
   CHECK(m.handle(make_envelope(pd)).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
+}
+
+TEST_CASE("master T2 victims, owner side: a victim whose TP sibling is committed here with its route on its way is busy - no reclaim the master would refuse as Closure; once the sibling is live the cohort goes whole") {
+  Rig r(Rig::config(), 0.5);  // T2: half of node 1's four slots
+  // Rank 0's copy of group x is live; rank 1's is committed, and the master lists it, but its
+  // PutDone answer is lost: here its route is still on its way (re-sent after publish_retry_ms).
+  r.put({"x_0_2"}, {1});
+  r.lose_reply = [](const Envelope& e) {
+    const auto* pd = e.body.AsPutDone();
+    return pd && !pd->items.empty() && pd->items[0]->key == "x_1_2";
+  };
+  r.put({"x_1_2"}, {1});
+  CHECK(r.m.route_put_id("x_1_2") != 0);
+  CHECK_FALSE(r.visible("x_1_2"));
+  // A third route puts T2 over its two slots: the master hands its coldest, x_0_2.
+  r.put({"y_0_1"}, {1});
+  CHECK(r.ctr().tier_victims_total >= 1);
+  CHECK(r.ctr().tier_victims_busy_total >= 1);
+  CHECK(r.ctr().reclaim_started_total == 0);
+  CHECK(r.ctr().reclaim_master_closure_total == 0);
+  CHECK(r.visible("x_0_2"));
+  // The answer comes (the PutDone sent again): the sibling is live; the victim, handed again,
+  // goes with it in one transaction.
+  r.lose_reply = [](const Envelope&) { return false; };
+  r.tick(MasterCore::kTierHandMs + 100);
+  CHECK_FALSE(r.visible("x_1_2"));
+  CHECK_FALSE(r.visible("x_0_2"));
+  CHECK(r.ctr().reclaim_master_closure_total == 0);
+  CHECK(r.m.route_put_id("x_0_2") == 0);
+  CHECK(r.m.route_put_id("x_1_2") == 0);
 }
 
 TEST_CASE("reclaim demotion, owner side: a cohort backed on the target goes through Fence(demote) and Commit, and a Fence answered Kept - the target copy went - keeps it here, resident, counted") {
