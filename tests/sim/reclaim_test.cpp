@@ -629,7 +629,7 @@ TEST_CASE("master T1: a PutDone item refused while another version held the key 
   CHECK(m.handle(make_envelope(pd)).body.AsPutDoneReply()->results[0] == wire::PutItemResult::Live);
 }
 
-TEST_CASE("master T2 victims, owner side: a victim whose TP sibling is committed here with its route on its way is busy - no reclaim the master would refuse as Closure; once the sibling is live the cohort goes whole") {
+TEST_CASE("master T2 victims, owner side: a victim whose TP sibling is committed here with its route on its way is busy - no reclaim the master would refuse as Closure, once the sibling is live the cohort goes whole") {
   Rig r(Rig::config(), 0.5);  // T2: half of node 1's four slots
   // Rank 0's copy of group x is live; rank 1's is committed, and the master lists it, but its
   // PutDone answer is lost: here its route is still on its way (re-sent after publish_retry_ms).
