@@ -37,6 +37,19 @@ def wait_port(port: int, proc=None, timeout=15.0) -> None:
     raise TimeoutError(f"port {port} did not open")
 
 
+def pause(proc, timeout=10.0) -> None:
+    """SIGSTOP, and wait until the kernel shows the process stopped: the signal is delivered
+    asynchronously, and a request sent at once could still be answered (on another core)."""
+    proc.send_signal(signal.SIGSTOP)
+    end = time.time() + timeout
+    while time.time() < end:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.001)
+    raise TimeoutError(f"process {proc.pid} did not stop")
+
+
 def _page(port: int) -> str:
     import urllib.request
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import fluxon
-from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, labelled, metric, sample, scrape, wait_metric, wait_port
+from conftest import ROOT, BUILD, FLUXON_BIN, Cluster, free_port, labelled, metric, pause, sample, scrape, wait_metric, wait_port
 
 
 def test_external_client_maps_the_owner_segment(cluster):
@@ -445,7 +445,7 @@ def test_a_stalled_owner_leaves_no_orphan_plan_behind_a_timed_out_put(cluster):
     so the owner releases it and the key is not "inflight" forever."""
     c = fluxon.KvClient(cluster.client_config(), max_wait_ms=300)
     c.wait_local_segments_ready()
-    cluster.owners[0].send_signal(signal.SIGSTOP)
+    pause(cluster.owners[0])
     try:
         with pytest.raises(fluxon.Timeout):
             c.local_fast_put_start(["orphan"], 4096)

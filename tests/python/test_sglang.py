@@ -15,7 +15,7 @@ from fluxon.sglang import (FluxonHiCacheStorage, HiCacheStorage, PoolHitPolicy, 
 from sglang_harness import (Controller, MHAHostPool, MLAHostPool, StateHostPool, dynamic_extra,  # noqa: E402
                             fill_page, load_backend, page_bytes, page_indices, storage_config)
 
-from conftest import Cluster, free_port  # noqa: E402
+from conftest import Cluster, free_port, pause  # noqa: E402
 
 
 def tag():
@@ -336,7 +336,7 @@ def test_backups_return_while_the_master_is_paused(tmp_path):
         b = backend(cl, pool, t=t, call_timeout_s=0.5, max_pending_backups=2)
         for i in range(8):
             fill_page(pool, i, f"{t}{i}")
-        cl.master.send_signal(signal.SIGSTOP)
+        pause(cl.master)
         try:
             # True while the master cannot answer: they returned at local-read-ready (a wait for the
             # route would have failed after call_timeout_s).

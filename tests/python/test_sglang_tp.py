@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import BUILD, Cluster, free_port  # noqa: E402
+from conftest import BUILD, Cluster, free_port, pause  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -77,7 +77,7 @@ def test_two_tp_ranks_survive_master_and_owner_faults(tmp_path):
 
         # The master paused: backups are local-read-ready at once; reads of local pages go on.
         c = hashes("c", 100)
-        cl.master.send_signal(signal.SIGSTOP)
+        pause(cl.master)
         try:
             res = ranks.send({"op": "backup", "hashes": c, "pages": list(range(100))})
             assert [r["done"] for r in res] == [100, 100]  # the master cannot answer: no wait for it
