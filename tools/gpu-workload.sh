@@ -114,7 +114,7 @@ echo "FLUXON_CMAKE_ARGS=$FLUXON_CMAKE_ARGS" >"$OUT/build.log"
 # installed from this tree, when there is one (its stamp names the tree's python and C++ sources).
 STAMP=$(find . \( -path ./.device-exp -o -path ./build -o -path ./.git \) -prune -o -type f \( -name '*.cpp' \
   -o -name '*.hpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.fbs' -o -name '*.txt' \
-  -o -name '*.toml' \) -print | sort | xargs cat | sha1sum | cut -c1-16)
+  -o -name '*.toml' \) -print0 | sort -z | xargs -0 cat | sha1sum | cut -c1-16)
 if [[ ${FLUXON_GPU_REUSE:-0} == 1 && -f /tmp/fluxon-gpu-installed && $(cat "/tmp/fluxon-gpu-installed") == "$STAMP" ]]; then
   echo "gpu-workload: reusing the package installed from this tree ($STAMP)"
 else

@@ -670,6 +670,9 @@ def compare(a) -> int:
         if l3 < grant or l2_owner < grant:
             raise SystemExit(f"workload: --capacity {point}%: {total / 2**20:.1f} MiB leaves an owner less than one "
                              f"grant ({a.grant}); raise the capacity, --item-bytes or lower --grant")
+        # The same bytes and every instance's L1 as one cache of each rank's pages: the bound of both modes.
+        bound = min_bound_pct(trace, trace_tokens, a.page_tokens,
+                              (l3 + l2_owner * a.instances) // a.tp // page_bytes + a.gpu_pages * a.instances)
         for mode in modes:
             b = argparse.Namespace(**vars(a))
             b.mode, b.compare, b.key_prefix = mode, None, f"{base_prefix}c{point}{mode}"
@@ -686,11 +689,7 @@ def compare(a) -> int:
                 print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
             row = summarize(b, run_once(b))
             row.update({"capacity_pct": point, "capacity_bytes": l3 + l2_owner * a.instances, "l3_bytes": l3,
-                        "l2_bytes": l2_owner * a.instances,
-                        # The same bytes and every instance's L1 as one cache of each rank's pages.
-                        "min_bound": min_bound_pct(trace, trace_tokens, a.page_tokens,
-                                                   (l3 + l2_owner * a.instances) // a.tp // page_bytes
-                                                   + a.gpu_pages * a.instances)})
+                        "l2_bytes": l2_owner * a.instances, "min_bound": bound})
             rows.append(row)
             if not a.json:
                 print(f" {row['total']:.1f}% hits, {row['req_s']:.1f} req/s")

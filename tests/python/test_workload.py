@@ -109,6 +109,8 @@ def test_workload_compare_split_and_unified_on_one_trace():
     assert sp["host_pool_evictions"] > 0  # the host pool was under pressure
     assert sp["demoted_keys"] == 0 and sp["writeback_tasks"] == 0
     assert un["writeback_tasks"] > 0 and un["demoted_keys"] == 0  # --writeback-demote off (the default here)
+    # The bound: one per capacity point, above what either mode hit.
+    assert sp["min_bound"] == un["min_bound"] and max(sp["total"], un["total"]) <= sp["min_bound"]
     assert sp["physical_bytes"] > sp["logical_bytes"]  # split: the store's copies of what L2 holds
     assert un["physical_bytes"] / un["logical_bytes"] < sp["physical_bytes"] / sp["logical_bytes"]
 
