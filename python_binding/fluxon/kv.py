@@ -1,6 +1,6 @@
 """KV page copies between a KV cache and Fluxon values through plan blobs.
 
-Layouts (the byte contract with the SGLang side; see the README): ``page_first``
+Layouts (the byte contract with the SGLang side; see docs/gpu.md): ``page_first``
 ``[K|V][layer][token][item]``, ``layer_first`` ``[layer][K|V][token][item]``, ``mla``
 ``[layer][token][item]``; one value per page key, ``item`` bytes per token per layer.
 
@@ -22,7 +22,7 @@ HAVE_CUDA = bool(_fluxon.HAVE_CUDA)
 
 
 # path="auto": the copy engines for chunks of at least this many bytes, the few-SM bulk-copy kernel
-# below. Measured on the H200 beside a saturating bf16 GEMM (README, "GPU data plane"): at 64 KiB the
+# below. Measured on the H200 beside a saturating bf16 GEMM (docs/gpu.md): at 64 KiB the
 # copy engines restore at 49 GB/s and back up at 45 GB/s with the GEMM unslowed; below, their per-chunk
 # cost (under 5 GB/s at 16 KiB) rules them out, and the few-SM kernel (4 CTAs) restores 16 KiB pages at
 # 42 GB/s and backs them up at 47 GB/s beside the GEMM (it slows by -3% / +10%), where the all-SM

@@ -12,12 +12,13 @@ SGLang builds it as ``FluxonHiCacheStorage(storage_config, kwargs)`` with every 
 ``keys.py`` for the storage keys.
 """
 
-from ._compat import (HAVE_SGLANG, STORAGE_BATCH_SIZE, HiCacheStorage, HiCacheStorageConfig,
+from ._compat import (FROM_SGLANG, HAVE_SGLANG, STORAGE_BATCH_SIZE, HiCacheStorage, HiCacheStorageConfig,
                       HiCacheStorageExtraInfo, PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult,
-                      StorageMetrics)
+                      RankConfig, StorageMetrics, rank_config)
 from .backend import FLUXON_KEYS, SGLANG_KEYS, FluxonHiCacheStorage
 from .keys import storage_key
 
 __all__ = ["FluxonHiCacheStorage", "HiCacheStorage", "HiCacheStorageConfig", "HiCacheStorageExtraInfo",
            "PoolHitPolicy", "PoolName", "PoolTransfer", "PoolTransferResult", "StorageMetrics", "HAVE_SGLANG",
+           "FROM_SGLANG", "RankConfig", "rank_config",
            "STORAGE_BATCH_SIZE", "FLUXON_KEYS", "SGLANG_KEYS", "storage_key"]

@@ -33,7 +33,7 @@ import fluxon
 from fluxon import _fluxon
 
 from ._compat import (HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo, PoolHitPolicy, PoolName,
-                      StorageMetrics, pool_transfer_result)
+                      StorageMetrics, pool_transfer_result, prefix_keys, rank_config)
 from .admission import SCORE_POLICIES, AdmissionConfig, admit
 from .keys import geometry_part, storage_key
 
@@ -105,6 +105,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
             raise fluxon.InvalidArgument(f"extra_config: unknown key {unknown[0]!r} (Fluxon's keys: "
                                          f"{sorted(FLUXON_KEYS - {'client'})})")
         self.config = storage_config
+        self.rank = rank_config(storage_config)  # the fields read, whatever SGLang's generation
         self.key_prefix = str(extra.get("key_prefix", "sglang"))
         if not self.key_prefix or ":" in self.key_prefix:
             raise fluxon.InvalidArgument("extra_config.key_prefix: must be non-empty and without ':'")
@@ -122,12 +123,9 @@ class FluxonHiCacheStorage(HiCacheStorage):
         if not self.wait_ready_timeout_s >= 0:
             raise fluxon.InvalidArgument("extra_config.wait_ready_timeout_s: must be >= 0 seconds")
         self.admission = self._admission(extra.get("replica_task"))
-        # Older SGLang trees have no head splitting (nor its fields).
-        split_heads = bool(getattr(storage_config, "should_split_heads", False))
-        lcm = getattr(storage_config, "tp_lcm_size", None)
-        if split_heads and not lcm:
+        if self.rank.should_split_heads and not self.rank.tp_lcm_size:
             raise fluxon.InvalidArgument("should_split_heads needs tp_lcm_size")
-        self.split = lcm // storage_config.tp_size if split_heads else 1
+        self.split = self.rank.tp_lcm_size // self.rank.tp_size if self.rank.should_split_heads else 1
 
         shared = extra.get("client")
         self._owns_client = shared is None
@@ -255,7 +253,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
             raise fluxon.InvalidArgument(f"pool {name}: get_page_buffer_meta gave {len(ptrs)} pointers and "
                                          f"{len(sizes)} sizes for one page")
         per_value = len(ptrs) // split
-        replicated = bool(self.config.is_mla_model) and name not in _PER_RANK_POOLS
+        replicated = bool(self.rank.is_mla_model) and name not in _PER_RANK_POOLS
         geom = geometry_part(getattr(pool, "layout", None), getattr(pool, "dtype", None), page_size)
         return _Geometry(name, pool, page_size, split, sizes[:per_value], sum(sizes[:per_value]), replicated, geom)
 
@@ -290,10 +288,10 @@ class FluxonHiCacheStorage(HiCacheStorage):
             cached = []
             for j in range(g.values_per_page):
                 vpp = g.values_per_page
-                head_group = self.config.tp_rank * vpp + j if vpp > 1 else None
-                k = storage_key(self.key_prefix, "#", self.config, comp, self.extra_backend_tag, geometry=g.geometry,
+                head_group = self.rank.tp_rank * vpp + j if vpp > 1 else None
+                k = storage_key(self.key_prefix, "#", self.rank, comp, self.extra_backend_tag, geometry=g.geometry,
                                 replicated=g.replicated, head_group=head_group,
-                                rank_override=(f"_tp{self.config.tp_size}.{j}" if identity else None))
+                                rank_override=(f"_tp{self.rank.tp_size}.{j}" if identity else None))
                 cached.append(k[cut:])
             self._suffix_cache[ck] = cached
         return cached
@@ -362,7 +360,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     def _write(self, g: _Geometry, page_hashes: Sequence[str], host_indices, extra_info) -> List[bool]:
         pages = len(page_hashes)
-        if g.logical or (g.replicated and self.config.tp_rank != 0):
+        if g.logical or (g.replicated and self.rank.tp_rank != 0):
             return [True] * pages  # every rank holds these bytes; rank 0 writes them
         if not self._window_open():
             self._count(backup_backpressure_pages=pages)
@@ -421,7 +419,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         of SGLang's prefix_keys for the first page; "" without them), so the owner evicts leaves
         first (prefix-aware eviction)."""
         vpp = g.values_per_page
-        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        prefix = prefix_keys(extra_info)
         first = self._value_keys(g, [prefix[-1]]) if prefix else [""] * vpp
         return first[:vpp] + keys[:len(keys) - vpp]
 
@@ -429,8 +427,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         if self.admission.policy == "none":
             return None
         ids = self._value_keys(g, page_hashes, identity=True)
-        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
-        depth = len(prefix) if prefix else 0
+        depth = len(prefix_keys(extra_info))
         # One decision per page (its values are one group), at the page's depth in the request.
         page_mask = admit(ids[::g.values_per_page], self.admission, None, None, depth)
         self._count(replica_admitted_pages=sum(page_mask))
@@ -584,7 +581,9 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     # -- the legacy tensor calls (SGLang's generic path: one flat data page per key) ------------------
     def exists(self, key: str) -> bool:
-        return self.batch_exists([key]) == 1
+        """Whether ``set(key, ...)`` stored a value (of any length): the legacy call's own key."""
+        return self._guard("exists", 0, lambda: False,
+                           lambda: self.client.exists_prefix([self._flat_key(key)]).prefix_len == 1)
 
     def get(self, key: str, target_location: Optional[Any] = None, target_sizes: Optional[Any] = None):
         return self.batch_get([key], [target_location] if target_location is not None else None,
@@ -638,7 +637,7 @@ class FluxonHiCacheStorage(HiCacheStorage):
         """Stores each value (a tensor or bytes-like; or an address with ``target_sizes``)."""
         if not keys:
             return True
-        if self.config.is_mla_model and self.config.tp_rank != 0:
+        if self.rank.is_mla_model and self.rank.tp_rank != 0:
             return True
         return self._guard("set", len(keys), lambda: False,
                            lambda: self._legacy_set(keys, values, target_locations, target_sizes))
@@ -674,8 +673,8 @@ class FluxonHiCacheStorage(HiCacheStorage):
 
     def _flat_key(self, page_hash: str) -> str:
         g = self._geoms.get("kv")
-        return storage_key(self.key_prefix, page_hash, self.config, "flat", self.extra_backend_tag,
-                           geometry=g.geometry if g else "", replicated=bool(self.config.is_mla_model))
+        return storage_key(self.key_prefix, page_hash, self.rank, "flat", self.extra_backend_tag,
+                           geometry=g.geometry if g else "", replicated=bool(self.rank.is_mla_model))
 
     # -- management ---------------------------------------------------------------------------------
     def clear(self) -> None:

@@ -1,0 +1,4 @@
+"""The dynamic loader of sgl-project/sglang 0986bed8e (its rule is the same at every commit restated
+here: ../dynamic_loading.py, which the version tests put on sys.path)."""
+
+from dynamic_loading import StorageBackendFactory  # noqa: F401
