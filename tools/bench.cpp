@@ -1,16 +1,28 @@
 // `fluxon bench CONFIG`: control-path and data-path figures through an external client (this
 // process) against an owner process, each printed beside a baseline measured in the same run.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <numeric>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "cluster.hpp"
 #include "fluxon/actors/client.hpp"
 #include "fluxon/client/kv_client.hpp"
+#include "fluxon/runtime/channel.hpp"
 #include "fluxon/runtime/transport.hpp"
 
 namespace fluxon::tools {
@@ -18,6 +30,79 @@ namespace fluxon::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The figures of this run (printed as one JSON object with --json; the text then goes to stderr).
+std::map<std::string, double> g_fig;
+FILE* g_out = stdout;
+void say(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(g_out, fmt, ap);
+  va_end(ap);
+}
+
+// Baseline: a 1-byte ping-pong over a loopback TCP connection between two processes, p50 in µs.
+double tcp_ping_pong_p50_us(int iters) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof(a);
+  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(ls, 1) != 0 ||
+      ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &al) != 0)
+    return -1;
+  pid_t child = ::fork();
+  if (child == 0) {
+    int c = ::accept(ls, nullptr, nullptr);
+    int one = 1;
+    ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char b;
+    while (::recv(c, &b, 1, 0) == 1 && ::send(c, &b, 1, 0) == 1) {
+    }
+    ::_exit(0);
+  }
+  ::close(ls);
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::vector<double> us;
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    char b = 1;
+    for (int i = 0; i < iters; ++i) {
+      auto t = Clock::now();
+      if (::send(s, &b, 1, 0) != 1 || ::recv(s, &b, 1, 0) != 1) break;
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+    }
+  }
+  ::close(s);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  if (us.empty()) return -1;
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// The page size the kernel backs a mapping with (KernelPageSize in /proc/self/smaps), 0 if not found.
+uint64_t mapping_page_bytes(const void* addr) {
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  const auto want = reinterpret_cast<uintptr_t>(addr);
+  while (std::getline(f, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
+      in = want >= lo && want < hi;
+      continue;
+    }
+    if (in && line.rfind("KernelPageSize:", 0) == 0) {
+      std::istringstream is(line.substr(15));
+      uint64_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
 
 double us_since(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
@@ -51,7 +136,7 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
   auto bc = BENCH_OK(open_client(cfg));
   auto& b = *bc;
   BENCH_OK(b.wait_local_segments_ready());
-  std::printf("\nremote gets: written through owner %u, read through owner %u (%s)\n", cfg.owners[0].node_id,
+  say("\nremote gets: written through owner %u, read through owner %u (%s)\n", cfg.owners[0].node_id,
               cfg.owners[1].node_id, cfg.client.owner_address.c_str());
   // Control path: one small key, remote first read vs local second read of the same key.
   std::vector<double> remote_us, local_us;
@@ -73,7 +158,9 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
     }
   }
   Pct rp = pct(remote_us), lp = pct(local_us);
-  std::printf("  1 x 4 KiB get_start+get_transfer: remote p50 %.1f us (p99 %.1f), local p50 %.1f us: %.2fx local\n",
+  g_fig["remote_get_p50_us_b1"] = rp.p50;
+  g_fig["remote_get_p99_us_b1"] = rp.p99;
+  say("  1 x 4 KiB get_start+get_transfer: remote p50 %.1f us (p99 %.1f), local p50 %.1f us: %.2fx local\n",
               rp.p50, rp.p99, lp.p50, rp.p50 / lp.p50);
   // Data path: 32 x 4 MiB per round, fresh keys each round (each is a remote miss on owner 2).
   const size_t n = 32, len = 4 << 20;
@@ -116,9 +203,11 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("  32 x 4 MiB, median of 5 rounds:\n");
-  std::printf("  baseline raw TCP data plane (loopback)  %7.2f GB/s\n", med(raw_gbs));
-  std::printf("  remote get_start + get_transfer         %7.2f GB/s  (%.2fx raw)\n", med(remote_gbs),
+  g_fig["raw_tcp_gbps"] = med(raw_gbs);
+  g_fig["remote_get_gbps"] = med(remote_gbs);
+  say("  32 x 4 MiB, median of 5 rounds:\n");
+  say("  baseline raw TCP data plane (loopback)  %7.2f GB/s\n", med(raw_gbs));
+  say("  remote get_start + get_transfer         %7.2f GB/s  (%.2fx raw)\n", med(remote_gbs),
               med(remote_gbs) / med(raw_gbs));
   return 0;
 }
@@ -127,27 +216,51 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
 
 int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
   int iters = 200;
-  for (int i = 0; i < argc; ++i)
+  bool json = false;
+  std::string channel = "auto";
+  for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]) == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (std::string(argv[i]) == "--json") json = true;
+    else if (std::string(argv[i]) == "--channel" && i + 1 < argc) channel = argv[++i];
+  }
+  if (json) g_out = stderr;
   ClusterConfig cfg = cluster;
+  cfg.client.channel = channel;
   cfg.client.owner_address = cfg.owners.at(0).listen_host + ":" + std::to_string(cfg.owners.at(0).port);
   auto client = BENCH_OK(open_client(cfg));
   auto& c = *client;
   BENCH_OK(c.wait_local_segments_ready());
   const std::string run = std::to_string(Clock::now().time_since_epoch().count());
-  std::printf("fluxon bench: external client pid %d -> owner %s, %d iterations per batch size\n", getpid(),
+  say("fluxon bench: external client pid %d -> owner %s, %d iterations per batch size\n", getpid(),
               cfg.client.owner_address.c_str(), iters);
 
-  // Baseline: a raw round trip of the same transport (CAF remote actor, no owner state touched).
-  std::vector<double> rtt;
-  for (int i = 0; i < iters * 2; ++i) {
-    auto t = Clock::now();
-    if (Status s = c.ping(); !s.is_ok()) return 1;
-    rtt.push_back(us_since(t));
+  // Baselines: a raw loopback TCP ping-pong and a futex ping-pong between two processes; the CAF
+  // round trip of a second client that does not use the channel; this client's own round trip
+  // (ping: the transport, no owner state touched).
+  auto ping_pct = [&](KvClient& k) {
+    std::vector<double> rtt;
+    for (int i = 0; i < iters * 2; ++i) {
+      auto t = Clock::now();
+      if (Status s = k.ping(); !s.is_ok()) std::exit(1);
+      rtt.push_back(us_since(t));
+    }
+    return pct(rtt);
+  };
+  g_fig["tcp_rtt_p50_us"] = tcp_ping_pong_p50_us(iters * 2);
+  g_fig["futex_rtt_p50_us"] = channel::futex_ping_pong_p50_us(iters * 2);
+  {
+    ClusterConfig ccfg = cfg;
+    ccfg.client.channel = "caf";
+    auto caf = BENCH_OK(open_client(ccfg));
+    g_fig["caf_rtt_p50_us"] = ping_pct(*caf).p50;
   }
-  Pct base = pct(rtt);
-  std::printf("\nbaseline transport round trip (ping): p50 %.1f us  p99 %.1f us\n", base.p50, base.p99);
-  std::printf("\n%-6s %-34s %10s %10s %12s %10s\n", "batch", "call", "p50 us", "p99 us", "keys/s", "p50/rtt");
+  Pct base = ping_pct(c);
+  g_fig["rtt_p50_us"] = base.p50;
+  say("\nbaselines: loopback TCP ping-pong p50 %.1f us, futex ping-pong p50 %.1f us, CAF ping p50 %.1f us\n",
+      g_fig["tcp_rtt_p50_us"], g_fig["futex_rtt_p50_us"], g_fig["caf_rtt_p50_us"]);
+  say("this client's transport (client.channel: %s) round trip (ping): p50 %.1f us  p99 %.1f us\n", channel.c_str(),
+      base.p50, base.p99);
+  say("\n%-6s %-34s %10s %10s %12s %10s\n", "batch", "call", "p50 us", "p99 us", "keys/s", "p50/rtt");
   for (int batch : {1, 64, 128}) {
     // Per call, as the design reports them, and per pair (the unit of work of a put or a get).
     std::vector<double> ps, pc, gs, gt, rv, put, get;
@@ -188,7 +301,7 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
       }
     auto line = [&](const char* what, const std::vector<double>& v, double total) {
       Pct p = pct(v);
-      std::printf("%-6d %-34s %10.1f %10.1f %12s %10.2f\n", batch, what, p.p50, p.p99,
+      say("%-6d %-34s %10.1f %10.1f %12s %10.2f\n", batch, what, p.p50, p.p99,
                   total > 0 ? std::to_string(int64_t(batch * iters / (total / 1e6))).c_str() : "", p.p50 / base.p50);
     };
     line("local_fast_put_start", ps, 0);
@@ -198,6 +311,13 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     line("get_transfer (InlineLocal)", gt, 0);
     line("release_views (batched ack)", rv, 0);
     line("  get triple", get, get_total);
+    const std::string b = std::to_string(batch);
+    g_fig["local_get_p50_us_b" + b] = pct(get).p50;
+    g_fig["local_get_p99_us_b" + b] = pct(get).p99;
+    g_fig["put_p50_us_b" + b] = pct(put).p50;
+    g_fig["put_p99_us_b" + b] = pct(put).p99;
+    g_fig["put_keys_per_s_b" + b] = batch * iters / (put_total / 1e6);
+    g_fig["get_keys_per_s_b" + b] = batch * iters / (get_total / 1e6);
   }
 
   // Data path: 64 x 4 MiB written into the put plan with memcpy, committed, read back via a get plan.
@@ -254,15 +374,32 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("\ndata path, 64 x 4 MiB, warm slots, median of 5 rounds:\n");
-  std::printf("  baseline single-thread memcpy         %7.2f GB/s\n", med(base_gbs));
-  std::printf("  put_start + memcpy in + commit        %7.2f GB/s  (%.2fx memcpy)\n", med(put_gbs),
+  g_fig["memcpy_gbps"] = med(base_gbs);
+  g_fig["data_put_gbps"] = med(put_gbs);
+  g_fig["data_get_gbps"] = med(get_gbs);
+  {
+    auto segs = BENCH_OK(c.wait_local_segments_ready());
+    g_fig["segment_page_bytes"] = double(mapping_page_bytes(reinterpret_cast<void*>(segs.at(0).write_ptr)));
+  }
+  say("\ndata path, 64 x 4 MiB, warm slots, median of 5 rounds:\n");
+  say("  baseline single-thread memcpy         %7.2f GB/s\n", med(base_gbs));
+  say("  put_start + memcpy in + commit        %7.2f GB/s  (%.2fx memcpy)\n", med(put_gbs),
               med(put_gbs) / med(base_gbs));
-  std::printf("  get_start + transfer + memcpy out     %7.2f GB/s  (%.2fx memcpy)\n", med(get_gbs),
+  say("  get_start + transfer + memcpy out     %7.2f GB/s  (%.2fx memcpy)\n", med(get_gbs),
               med(get_gbs) / med(base_gbs));
-  std::printf("  cold round (fresh memory, page faults): put %.2f GB/s, get %.2f GB/s\n", cold_put, cold_get);
-  if (cfg.owners.size() >= 2) return bench_remote(cfg, c, run, iters);
-  return 0;
+  say("  cold round (fresh memory, page faults): put %.2f GB/s, get %.2f GB/s\n", cold_put, cold_get);
+  say("  segment pages: %.0f bytes\n", g_fig["segment_page_bytes"]);
+  int rc = cfg.owners.size() >= 2 ? bench_remote(cfg, c, run, iters) : 0;
+  if (json && rc == 0) {
+    std::printf("{");
+    const char* sep = "";
+    for (const auto& [k, v] : g_fig) {
+      std::printf("%s\"%s\": %.6g", sep, k.c_str(), v);
+      sep = ", ";
+    }
+    std::printf("}\n");
+  }
+  return rc;
 }
 
 }  // namespace fluxon::tools

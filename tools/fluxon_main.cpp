@@ -19,7 +19,8 @@ static int usage() {
                "  fluxon cluster up|down|status FILE\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
-               "  fluxon bench  FILE [--iters N]          (starts the cluster of FILE if needed)\n"
+               "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf]\n"
+               "                                         (starts the cluster of FILE if needed)\n"
                "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n");
   return 2;
 }
@@ -94,10 +95,24 @@ int main(int argc, char** argv) {
     if (argc < 3) return usage();
     auto c = load(argv[2]);
     if (!c.ok()) return 2;
+    bool json = false;
+    for (int i = 3; i < argc; ++i) json |= std::string(argv[i]) == "--json";
+    // With --json stdout holds the JSON object only: the cluster's lines go to stderr.
+    auto quiet = [&](auto fn) {
+      if (!json) return fn();
+      std::fflush(stdout);
+      const int saved = dup(1);
+      dup2(2, 1);
+      auto r = fn();
+      std::fflush(stdout);
+      dup2(saved, 1);
+      close(saved);
+      return r;
+    };
     const bool running = tools::port_open(c->owners.at(0).listen_host, c->owners.at(0).port);
-    if (!running && tools::cluster_up(argv[2], *c, self_exe()) != 0) return 1;
+    if (!running && quiet([&] { return tools::cluster_up(argv[2], *c, self_exe()); }) != 0) return 1;
     int rc = tools::run_bench(*c, argc - 3, argv + 3);
-    if (!running) tools::cluster_down(*c);
+    if (!running) quiet([&] { return tools::cluster_down(*c), 0; });
     return rc;
   }
   return usage();

@@ -10,4 +10,7 @@ echo "== unit, core and simulation tests (doctest via ctest)"
 (cd "$BUILD" && ctest --output-on-failure -j2 --timeout 300)
 echo "== python and multi-process tests (pytest)"
 FLUXON_BUILD_DIR="$PWD/$BUILD" /usr/bin/python3 -m pytest -q tests/python
+echo "== the API, remote-get and daemon tests once more over CAF (the channel is the default above)"
+FLUXON_TEST_CHANNEL=caf FLUXON_BUILD_DIR="$PWD/$BUILD" /usr/bin/python3 -m pytest -q \
+  tests/python/test_api.py tests/python/test_remote.py tests/python/test_daemons.py
 echo "== all tests passed"

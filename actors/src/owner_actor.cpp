@@ -13,6 +13,7 @@
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/core/owner_core.hpp"
 #include "fluxon/driver/owner_driver.hpp"
+#include "fluxon/runtime/channel.hpp"
 #include "fluxon/runtime/metrics.hpp"
 #include "fluxon/runtime/segment.hpp"
 #include "fluxon/runtime/transport.hpp"
@@ -154,10 +155,16 @@ struct OwnerState {
   std::unique_ptr<OwnerCore> core;
   std::unique_ptr<ActorPorts> ports;
   std::unique_ptr<OwnerDriver> driver;
+  std::unique_ptr<channel::Server> channel;  // same-host clients' shared-memory channel (daemons)
   caf::actor master;
   std::string master_host;  // daemon mode: where to reconnect when the master goes away
   uint16_t master_port = 0;
-  std::unordered_map<uint64_t, caf::response_promise> pending;   // client token -> promise
+  // A client request waiting for its reply: a CAF promise, or a call on a channel.
+  struct Waiter {
+    caf::response_promise rp;
+    uint64_t channel = 0, call = 0;  // channel != 0: the reply goes to that channel
+  };
+  std::unordered_map<uint64_t, Waiter> pending;                   // client token -> waiter
   std::unordered_map<uint64_t, caf::actor> sessions;             // session -> its session actor
   std::map<caf::actor_addr, uint64_t> session_of;
   uint32_t master_timeout_ms = 5000;
@@ -187,6 +194,20 @@ void export_metrics(OwnerState& st) {
     m.counter("fluxon_owner_data_refused_requests_total", "Fetch requests refused (generation, range, protocol)",
               st.data_server->requests_refused());
   }
+  if (st.channel) {
+    const auto cs = st.channel->stats();
+    m.gauge("fluxon_owner_channel_sessions", "Same-host clients on the shared-memory channel now", double(cs.open));
+    m.counter("fluxon_owner_channel_opened_total", "Shared-memory channels opened", cs.opened);
+    m.counter("fluxon_owner_channel_closed_total", "Shared-memory channels closed (client gone or cut off)", cs.closed);
+    m.counter("fluxon_owner_channel_refused_total", "Channel connections refused (generation, protocol, full house)",
+              cs.refused_channels);
+    m.counter("fluxon_owner_channel_calls_total", "Requests that came over the channel", cs.calls);
+    m.counter("fluxon_owner_channel_notes_total", "One-way notes that came over the channel", cs.notes);
+    m.counter("fluxon_owner_channel_refused_entries_total",
+              "Malformed or oversized channel entries (each closes its channel)", cs.refused_entries);
+    m.counter("fluxon_owner_channel_dropped_replies_total",
+              "Replies the channel could not take (its client stopped reading)", cs.dropped_replies);
+  }
   // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
   m.counter("fluxon_owner_metrics_refreshes_total", "Times this page was refreshed from the owner's state",
             ++st.metrics_refreshes);
@@ -205,16 +226,21 @@ void ActorPorts::reply(uint64_t token, Envelope& env) {
   auto& st = self_->state;
   auto it = st.pending.find(token);
   if (it == st.pending.end()) return;
+  if (it->second.channel != 0) {
+    if (st.channel) st.channel->reply(it->second.channel, it->second.call, encode(env));
+    st.pending.erase(it);
+    return;
+  }
   if (auto* hello = env.body.AsHelloReply()) {
     // The Hello came from the client's session actor: notes for this session go there.
-    auto sender = caf::actor_cast<caf::actor>(it->second.source());
+    auto sender = caf::actor_cast<caf::actor>(it->second.rp.source());
     if (sender) {
       st.sessions[hello->session_id] = sender;
       st.session_of[sender.address()] = hello->session_id;
       self_->monitor(sender);
     }
   }
-  it->second.deliver(Blob{encode(env)});
+  it->second.rp.deliver(Blob{encode(env)});
   st.pending.erase(it);
 }
 
@@ -279,9 +305,49 @@ void start_reconnect(Self* self) {
   try_connect(self);
 }
 
+// A client session is over (its session actor went down, or its channel's socket closed: the process
+// died): its holdings are released, and its waiting requests are never answered. Once only.
+void end_session(Self* self, uint64_t session) {
+  auto& st = self->state;
+  auto it = st.sessions.find(session);
+  if (it == st.sessions.end()) return;
+  st.session_of.erase(it->second.address());
+  st.sessions.erase(it);
+  for (uint64_t token : st.driver->close_session(session, now_ms())) st.pending.erase(token);
+}
+
+// The channel's poller hands entries to the actor: the core stays single-threaded.
+std::unique_ptr<channel::Server> start_channel(Self* self, const std::string& cluster, const OwnerConfig& ocfg,
+                                               uint64_t generation) {
+  if (ocfg.client_channel_ring_bytes == 0) return nullptr;
+  channel::ServerOptions opt;
+  opt.ring_bytes = ocfg.client_channel_ring_bytes;
+  opt.max_channels = ocfg.client_channel_max_sessions;
+  opt.spin_us = ocfg.client_channel_spin_us;
+  channel::Server::Callbacks cb;
+  const caf::actor_addr owner = self->address();
+  cb.on_entry = [owner](uint64_t ch, uint64_t session, channel::Entry&& e) {
+    if (auto a = caf::actor_cast<caf::actor>(owner))
+      caf::anon_send(a, channel_atom::value, ch, session, e.id, uint32_t(e.kind), Blob{std::move(e.payload)});
+  };
+  cb.on_closed = [owner](uint64_t ch, uint64_t session, const std::string& why) {
+    if (auto a = caf::actor_cast<caf::actor>(owner)) caf::anon_send(a, chclosed_atom::value, ch, session, why);
+  };
+  auto s = channel::Server::start(channel::socket_name(cluster, ocfg.node_id, generation), generation, opt,
+                                  std::move(cb));
+  if (!s.ok()) {
+    std::fprintf(stderr, "fluxon owner: client channel disabled: %s\n", s.status().to_string().c_str());
+    return nullptr;
+  }
+  std::fprintf(stderr, "fluxon owner: client channel @%s (rings of %u bytes, up to %u sessions)\n",
+               (*s)->name().c_str(), opt.ring_bytes, opt.max_channels);
+  return std::move(s.value());
+}
+
 caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_ptr<DataServer> data,
                           OwnerConfig ocfg, uint64_t generation, caf::actor master, std::string master_host,
-                          uint16_t master_port, bool metrics) {
+                          uint16_t master_port, bool metrics, std::string cluster) {
+  const bool daemon = metrics;  // embedded owners serve their own process: no channel
   auto& st = self->state;
   // The actor owns the segment from here on: it is unlinked when the actor stops.
   st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
@@ -301,6 +367,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.fault_rng.seed(fi.seed);
   st.ports = std::make_unique<ActorPorts>(self);
   st.driver = std::make_unique<OwnerDriver>(*st.core, *st.ports, &st.fault_plan, &st.fault_rng);
+  if (daemon) st.channel = start_channel(self, cluster, ocfg, generation);
   if (st.driver->faults().any())
     std::fprintf(stderr,
                  "fluxon owner: fault injection: seed=%llu master requests drop=%.2f duplicate=%.2f delay<=%u ms; "
@@ -325,11 +392,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
     }
     auto it = st.session_of.find(dm.source);
     if (it == st.session_of.end()) return;
-    const uint64_t session = it->second;
-    st.session_of.erase(it);
-    st.sessions.erase(session);
-    // Waiting requests of a dead session are never answered.
-    for (uint64_t token : st.driver->close_session(session, now_ms())) st.pending.erase(token);
+    end_session(self, it->second);
   });
   self->send(self, tick_atom::value);
   return {
@@ -343,7 +406,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
           return rp;
         }
         const uint64_t token = st.driver->begin_request((*env)->session_id);
-        st.pending.emplace(token, rp);
+        st.pending.emplace(token, OwnerState::Waiter{rp, 0, 0});
         st.driver->on_client_request(token, **env, now_ms());
         return rp;
       },
@@ -352,6 +415,24 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         if (!env.ok()) return;  // one-way: nobody to answer
         self->state.driver->on_client_note(**env, now_ms());
       },
+      // An entry of a same-host client's channel: decoded and served as a CAF request would be.
+      [=](channel_atom, uint64_t ch, uint64_t session, uint64_t call, uint32_t kind, Blob& b) {
+        auto& st = self->state;
+        auto env = decode(b.bytes);
+        if (kind == uint32_t(channel::Kind::kNote)) {
+          if (env.ok()) st.driver->on_client_note(**env, now_ms());
+          return;
+        }
+        if (!env.ok()) {
+          if (st.channel) st.channel->reply(ch, call, encode(error_envelope(env.status())));
+          return;
+        }
+        (void)session;
+        const uint64_t token = st.driver->begin_request((*env)->session_id);
+        st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, call});
+        st.driver->on_client_request(token, **env, now_ms());
+      },
+      [=](chclosed_atom, uint64_t, uint64_t session, const std::string&) { end_session(self, session); },
       [=](delayed_atom, uint64_t token, Blob& blob) { request_master(self, token, std::move(blob)); },
       [=](mreply_atom, uint64_t token, Blob& blob) { self->state.driver->on_master_reply(token, blob.bytes, now_ms()); },
       [=](fetched_atom, uint64_t id, uint8_t code, const std::string& msg) {
@@ -414,7 +495,7 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
                  (*server)->port(), rdma.detail.c_str());
   std::shared_ptr<DataServer> data(std::move(server.value()));
   return sys.spawn(owner_actor, std::move(shared), std::move(data), ocfg, generation, master, master_host,
-                   master_port, metrics);
+                   master_port, metrics, cfg.cluster_name);
 }
 
 }  // namespace fluxon::actors

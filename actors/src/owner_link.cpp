@@ -2,10 +2,12 @@
 // request/reply calls from the caller's thread. Embedded mode spawns the master and owner actors
 // in this process; external mode reaches the owner as a CAF remote actor.
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "caf_types.hpp"
 #include "fluxon/actors/runtime.hpp"
+#include "fluxon/runtime/channel.hpp"
 
 namespace fluxon::actors {
 
@@ -155,6 +157,59 @@ class CafOwnerLink final : public OwnerLink {
   uint32_t timeout_ms_ = 60000;
 };
 
+// A same-host owner: requests and acknowledgements over the shared-memory channel; the CAF link
+// stays for the session itself (hello, notes, the owner's death) and for what does not fit a ring.
+// The session actor tells the channel of the owner's death (its waits end at once), for as long as
+// the channel lives.
+struct DownHook {
+  std::mutex m;
+  channel::Client* ch = nullptr;
+  void fire() {
+    std::lock_guard<std::mutex> g(m);
+    if (ch) ch->mark_down();
+  }
+  void set(channel::Client* c) {
+    std::lock_guard<std::mutex> g(m);
+    ch = c;
+  }
+};
+
+class ChannelOwnerLink final : public OwnerLink {
+ public:
+  ChannelOwnerLink(std::unique_ptr<CafOwnerLink> caf, std::unique_ptr<channel::Client> ch,
+                   std::shared_ptr<DownHook> hook)
+      : caf_(std::move(caf)), ch_(std::move(ch)), hook_(std::move(hook)) {
+    hook_->set(ch_.get());
+  }
+  ~ChannelOwnerLink() override {
+    hook_->set(nullptr);
+    ch_.reset();  // the owner sees the channel close before the session actor goes
+    caf_.reset();
+  }
+  const LinkInfo& info() const override { return caf_->info(); }
+  Result<std::unique_ptr<Envelope>> call(const Envelope& req, uint32_t timeout_ms) override {
+    return call_raw(encode(req), timeout_ms);
+  }
+  Result<std::unique_ptr<Envelope>> call_raw(Bytes bytes, uint32_t timeout_ms) override {
+    if (bytes.size() > ch_->max_request()) return caf_->call_raw(std::move(bytes), timeout_ms);
+    auto r = ch_->call(bytes, timeout_ms);
+    if (!r.ok()) return r.status();
+    return decode(*r);
+  }
+  void notify(const Envelope& note) override {
+    Bytes b = encode(note);
+    if (b.size() > ch_->max_request() || !ch_->notify(b).is_ok()) caf_->notify(note);
+  }
+  Result<std::unique_ptr<Envelope>> call_master(const Envelope& req, uint32_t timeout_ms) override {
+    return caf_->call_master(req, timeout_ms);
+  }
+
+ private:
+  std::unique_ptr<CafOwnerLink> caf_;
+  std::unique_ptr<channel::Client> ch_;
+  std::shared_ptr<DownHook> hook_;
+};
+
 }  // namespace
 }  // namespace fluxon::actors
 
@@ -162,9 +217,26 @@ namespace fluxon {
 
 Result<std::unique_ptr<OwnerLink>> open_owner_link(const ClusterConfig& cfg, LinkCallbacks cb) {
   auto link = std::make_unique<actors::CafOwnerLink>();
+  auto hook = std::make_shared<actors::DownHook>();
+  if (!cfg.embedded() && cfg.client.channel != "caf") {
+    cb.on_down = [hook, next = std::move(cb.on_down)] {
+      hook->fire();
+      if (next) next();
+    };
+  }
   Status s = link->open(cfg, std::move(cb));
   if (!s.is_ok()) return s;
-  return std::unique_ptr<OwnerLink>(std::move(link));
+  if (cfg.embedded() || cfg.client.channel == "caf") return std::unique_ptr<OwnerLink>(std::move(link));
+  const LinkInfo& info = link->info();
+  auto ch = channel::Client::connect(channel::socket_name(cfg.cluster_name, info.node_id, info.generation),
+                                     info.session_id, info.generation, cfg.client.channel_spin_us);
+  if (!ch.ok()) {
+    if (cfg.client.channel == "shm")
+      return Status(ch.status().code(), "client.channel is shm: " + ch.status().message());
+    return std::unique_ptr<OwnerLink>(std::move(link));  // another host: CAF it is
+  }
+  return std::unique_ptr<OwnerLink>(
+      std::make_unique<actors::ChannelOwnerLink>(std::move(link), std::move(ch.value()), std::move(hook)));
 }
 
 }  // namespace fluxon

@@ -18,7 +18,8 @@ const std::set<std::string> kOwnerOnlyKeys = {
     "local_reserve_grant_bytes", "local_reserve_soft_wait_ms", "local_reserve_hard_timeout_ms",
     "get_handle_ttl_ms", "node_id", "role", "data_host", "data_port", "data_transport", "data_threads",
     "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio", "writeback_demote",
-    "writeback_timeout_ms", "eviction_free_watermark", "replica_task_max_inflight", "idle_grant_shrink_ms"};
+    "writeback_timeout_ms", "eviction_free_watermark", "replica_task_max_inflight", "idle_grant_shrink_ms",
+    "client_channel"};
 
 const std::set<std::string> kMasterOnlyKeys = {
     "get_inflight_ttl_ms", "replica_target_roles", "replica_task_placement", "replica_cache_capacity_ratio",
@@ -152,7 +153,29 @@ Status parse_owner(const YAML::Node& n, const std::string& where, OwnerConfig& o
                       "data_timeout_ms", "get_start_wait_ms", "replica_writeback_hot_capacity_ratio",
                       "writeback_demote", "writeback_timeout_ms", "eviction_free_watermark",
                       "replica_task_max_inflight", "idle_grant_shrink_ms", "spill_free_ratio",
-                      "eviction_order", "eviction_stale_turnover"}));
+                      "eviction_order", "eviction_stale_turnover", "client_channel"}));
+  if (auto ch = n["client_channel"]) {
+    const std::string w = where + ".client_channel";
+    FLX_TRY(check_keys(ch, w, {"enabled", "ring_bytes", "max_sessions", "spin_us"}));
+    bool enabled = true;
+    if (ch["enabled"]) {
+      try {
+        enabled = ch["enabled"].as<bool>();
+      } catch (const YAML::Exception&) {
+        return invalid_argument(w + ".enabled: expected true or false");
+      }
+    }
+    FLX_TRY(get_uint(ch, "ring_bytes", w, o.client_channel_ring_bytes));
+    if (o.client_channel_ring_bytes < 4096 || o.client_channel_ring_bytes > (64u << 20) ||
+        o.client_channel_ring_bytes % 4096)
+      return invalid_argument(w + ".ring_bytes: must be a multiple of 4096 in [4KiB, 64MiB]");
+    FLX_TRY(get_uint(ch, "max_sessions", w, o.client_channel_max_sessions));
+    if (o.client_channel_max_sessions > 4096) return invalid_argument(w + ".max_sessions: must be in 1..4096");
+    if (ch["spin_us"] && ch["spin_us"].as<std::string>() == "0") o.client_channel_spin_us = 0;
+    else FLX_TRY(get_uint(ch, "spin_us", w, o.client_channel_spin_us));
+    if (o.client_channel_spin_us > 10000) return invalid_argument(w + ".spin_us: must be <= 10000");
+    if (!enabled) o.client_channel_ring_bytes = 0;
+  }
   FLX_TRY(get_uint(n, "replica_task_max_inflight", where, o.replica_task_max_inflight));
   if (o.replica_task_max_inflight > 64)
     return invalid_argument(where + ".replica_task_max_inflight: must be in 1..64");
@@ -372,7 +395,13 @@ Result<ClusterConfig> parse_config_text(const std::string& text) {
       }
     }
     if (auto cl = root["client"]) {
-      FLX_TRY(check_keys(cl, "client", {"owner_address", "rpc_timeout_ms", "max_wait_ms"}));
+      FLX_TRY(check_keys(cl, "client", {"owner_address", "rpc_timeout_ms", "max_wait_ms", "channel", "channel_spin_us"}));
+      FLX_TRY(get_str(cl, "channel", "client", c.client.channel));
+      if (c.client.channel != "auto" && c.client.channel != "shm" && c.client.channel != "caf")
+        return invalid_argument("client.channel: must be auto, shm or caf, not '" + c.client.channel + "'");
+      if (cl["channel_spin_us"] && cl["channel_spin_us"].as<std::string>() == "0") c.client.channel_spin_us = 0;
+      else FLX_TRY(get_uint(cl, "channel_spin_us", "client", c.client.channel_spin_us));
+      if (c.client.channel_spin_us > 10000) return invalid_argument("client.channel_spin_us: must be <= 10000");
       FLX_TRY(get_uint(cl, "max_wait_ms", "client", c.client.max_wait_ms));
       FLX_TRY(get_str(cl, "owner_address", "client", c.client.owner_address));
       FLX_TRY(get_uint(cl, "rpc_timeout_ms", "client", c.client.rpc_timeout_ms));
@@ -434,7 +463,10 @@ std::string describe(const ClusterConfig& c) {
       << "\n    get_start_wait_ms: " << w.get_start_wait_ms << "\n    replica_task_max_inflight: " << w.replica_task_max_inflight;
     if (!w.data_host.empty()) o << "\n    data_host: " << w.data_host;
     o << "\n    data_port: " << w.data_port << "\n    data_transport: " << w.data_transport
-      << "\n    data_threads: " << w.data_threads << "\n    data_timeout_ms: " << w.data_timeout_ms << "\n";
+      << "\n    data_threads: " << w.data_threads << "\n    data_timeout_ms: " << w.data_timeout_ms
+      << "\n    client_channel: {enabled: " << b(w.client_channel_ring_bytes > 0);
+    if (w.client_channel_ring_bytes > 0) o << ", ring_bytes: " << w.client_channel_ring_bytes;
+    o << ", max_sessions: " << w.client_channel_max_sessions << ", spin_us: " << w.client_channel_spin_us << "}\n";
     const auto& f = w.fault_injection;
     if (f.enabled() || f.fetch_fail > 0)
       o << "    fault_injection: {seed: " << f.seed << ", drop: " << f.drop << ", duplicate: " << f.duplicate
@@ -444,6 +476,7 @@ std::string describe(const ClusterConfig& c) {
   if (!c.client.owner_address.empty()) o << "  owner_address: " << c.client.owner_address << "\n";
   o << "  rpc_timeout_ms: " << c.client.rpc_timeout_ms << "\n";
   if (c.client.max_wait_ms) o << "  max_wait_ms: " << c.client.max_wait_ms << "\n";
+  o << "  channel: " << c.client.channel << "\n  channel_spin_us: " << c.client.channel_spin_us << "\n";
   return o.str();
 }
 

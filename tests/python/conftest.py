@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("FLUXON_BUILD_DIR", ROOT / "build"))
 sys.path.insert(0, str(BUILD / "python"))
 FLUXON_BIN = str(BUILD / "tools" / "fluxon")
+# How external test clients reach their owner: auto (the shared-memory channel on this host, the
+# product's default) or caf (tools/test.sh runs the invariant tests once more over CAF).
+CHANNEL = os.environ.get("FLUXON_TEST_CHANNEL", "auto")
 
 import fluxon  # noqa: E402
 
@@ -169,12 +172,13 @@ class Cluster:
     def client_config_file(self, i: int = 0) -> str:
         """The client config a user writes for an SGLang worker of owner i (a YAML file)."""
         path = self.logs / f"client-{self.name}-{i}.yaml"
-        path.write_text(f"cluster_name: {self.name}\nclient: {{owner_address: 127.0.0.1:{self.owner_ports[i]}}}\n")
+        path.write_text(f"cluster_name: {self.name}\nclient: {{owner_address: 127.0.0.1:{self.owner_ports[i]}, "
+                        f"channel: {CHANNEL}}}\n")
         return str(path)
 
     def client_config(self, i: int = 0) -> dict:
         return {"cluster_name": self.name, "client": {"owner_address": f"127.0.0.1:{self.owner_ports[i]}",
-                                                      "rpc_timeout_ms": 10000}}
+                                                      "rpc_timeout_ms": 10000, "channel": CHANNEL}}
 
 
 @pytest.fixture

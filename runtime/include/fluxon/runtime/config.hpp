@@ -49,6 +49,11 @@ struct OwnerConfig : OwnerCoreConfig {
   std::string data_transport = "auto";  // auto | tcp | rdma (rdma fails at start without a device)
   uint32_t data_threads = 2;            // fetch threads (one peer batch each at a time)
   uint32_t data_timeout_ms = 10000;     // a fetch that moves no byte for this long fails
+  // client_channel: same-host clients talk to this owner through shared memory (channel.hpp).
+  // ring_bytes 0: off (every client goes over CAF). Daemons only: an embedded owner shares its process.
+  uint32_t client_channel_ring_bytes = 1u << 20;
+  uint32_t client_channel_max_sessions = 256;
+  uint32_t client_channel_spin_us = 20;
   std::string advertised_data_host() const {
     if (!data_host.empty()) return data_host;
     return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
@@ -71,6 +76,10 @@ struct ClientConfig {
   // Timeout / LocalReserveTimeout / a local-only prefix by then), and no call waits longer than
   // this plus 1 s for any answer. For callers with a deadline of their own (SGLang's threads).
   uint32_t max_wait_ms = 0;
+  // channel: how an external client reaches its owner. auto: the shared-memory channel when the
+  // owner is on this host (its listener answers), else CAF; shm: the channel or an error; caf: CAF.
+  std::string channel = "auto";
+  uint32_t channel_spin_us = 50;  // a caller spins this long for its reply before it sleeps
 };
 
 struct ClusterConfig {
