@@ -727,9 +727,12 @@ Result<Bytes> Client::call(const Bytes& req, uint32_t timeout_ms) {
     }
     I.cv.wait_until(g, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
   }
-  std::optional<Bytes> got = std::move(*slot);
+  if (*slot) {
+    Bytes out = std::move(**slot);
+    I.waiting.erase(id);
+    return out;
+  }
   I.waiting.erase(id);
-  if (got) return std::move(*got);
   if (I.owner_gone()) return Status(Code::kClosed, "owner channel closed");
   return Status(Code::kTimeout, "owner did not answer within " + std::to_string(timeout_ms) + " ms");
 }
