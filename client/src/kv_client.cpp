@@ -109,6 +109,7 @@ struct KvClient::Impl {
   std::condition_variable idle;
   std::condition_variable acv;      // the flusher: acknowledgements are waiting
   bool stop_flusher = false;
+  bool flusher_idle = false;  // waiting for acknowledgements (not in its 2 ms gathering window)
   std::thread flusher;
 
   // The core is touched under the lock only.
@@ -258,13 +259,22 @@ struct KvClient::Impl {
   // After a step that may have queued acknowledgements: full batches go now, the rest within ~2 ms.
   void acks_queued() {
     send_acks(false);
-    acv.notify_one();
+    // Only an idle flusher is woken: one already gathering sends these with its batch (a wake-up
+    // per call would cost a context switch each, the price of a whole channel round trip).
+    bool wake;
+    {
+      std::lock_guard<std::mutex> g(m);
+      wake = flusher_idle && core.acks_waiting();
+    }
+    if (wake) acv.notify_one();
   }
 
   void run_flusher() {
     std::unique_lock<std::mutex> g(m);
     while (!stop_flusher) {
+      flusher_idle = true;
       acv.wait(g, [&] { return stop_flusher || core.acks_waiting(); });
+      flusher_idle = false;
       // Let acknowledgements of the next ~2 ms join this batch.
       acv.wait_for(g, std::chrono::milliseconds(2), [&] { return stop_flusher; });
       g.unlock();

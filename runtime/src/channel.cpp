@@ -220,6 +220,9 @@ struct Server::Impl {
   uint64_t next_id = 1;
   ServerStats st;
   bool changed = true;  // the poller's: rebuild its list of channels
+  // When the last reply went out: the poller spins spin_us after it too (the client's next request
+  // usually follows its reply).
+  std::atomic<int64_t> last_reply{0};
 
   ~Impl() {
     stop = true;
@@ -407,7 +410,8 @@ struct Server::Impl {
         last = Clock::now();
         continue;
       }
-      if (Clock::now() - last < std::chrono::microseconds(opt.spin_us)) {
+      const auto replied = Clock::time_point(Clock::duration(last_reply.load(std::memory_order_relaxed)));
+      if (Clock::now() - std::max(last, replied) < std::chrono::microseconds(opt.spin_us)) {
         spin_step();
         continue;
       }
@@ -503,6 +507,7 @@ bool Server::reply(uint64_t channel, uint64_t id, const Bytes& payload) {
     }
   }
   if (wake) futex_wake(&c->map.h->resp.seq);
+  impl_->last_reply.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(impl_->m);
   ++(ok ? impl_->st.replies : impl_->st.dropped_replies);
   if (wake) ++impl_->st.wakeups_sent;
@@ -528,7 +533,7 @@ struct Client::Impl {
   bool reading = false;
   std::unordered_map<uint64_t, std::optional<Bytes>> waiting;  // call id -> reply when it came
   uint64_t next_id = 1;
-  std::atomic<bool> down{false};
+  mutable std::atomic<bool> down{false};
 
   ~Impl() {
     if (map.h) {
@@ -538,9 +543,18 @@ struct Client::Impl {
     if (efd >= 0) ::close(efd);
   }
 
+  // The owner's pid is looked at once per 10 ms at most (a system call); the flags every time.
+  mutable std::atomic<int64_t> pid_checked{0};
   bool owner_gone() const {
     if (down.load() || map.h->closed.load(std::memory_order_relaxed)) return true;
-    return ::kill(pid_t(map.h->owner_pid), 0) != 0 && errno == ESRCH;
+    const int64_t now = Clock::now().time_since_epoch().count();
+    if (now - pid_checked.load(std::memory_order_relaxed) < 10'000'000) return false;
+    pid_checked.store(now, std::memory_order_relaxed);
+    if (::kill(pid_t(map.h->owner_pid), 0) != 0 && errno == ESRCH) {
+      down = true;
+      return true;
+    }
+    return false;
   }
 
   Status send(Kind kind, uint64_t id, const Bytes& b, Clock::time_point deadline) {
