@@ -178,6 +178,27 @@ bool Consumer::prepare_sleep(uint32_t* seq) {
   return true;
 }
 
+Drained drain_requests(Consumer& ring, size_t max, const std::function<void(Entry&&)>& on_entry) {
+  Drained d;
+  Entry e;
+  std::string why;
+  while (d.entries < max) {
+    auto r = ring.pop(e, &why);
+    if (r == Consumer::Pop::kEmpty) break;
+    if (r == Consumer::Pop::kCorrupt) {
+      d.refused = "malformed entry: " + why;
+      break;
+    }
+    if (e.kind == Kind::kReply) {
+      d.refused = "a reply entry from a client";
+      break;
+    }
+    ++d.entries;
+    on_entry(std::move(e));
+  }
+  return d;
+}
+
 // ---- owner side -----------------------------------------------------------------------------------
 
 namespace {
@@ -374,25 +395,21 @@ struct Server::Impl {
   bool drain(const std::vector<std::shared_ptr<Channel>>& all) {
     bool any = false;
     for (const auto& c : all) {
-      Entry e;
-      std::string why;
-      for (int i = 0; i < 64; ++i) {  // fairness: at most 64 entries of one channel per pass
-        auto r = c->req.pop(e, &why);
-        if (r == Consumer::Pop::kEmpty) break;
-        if (r == Consumer::Pop::kCorrupt || e.kind == Kind::kReply) {
-          {
-            std::lock_guard<std::mutex> g(m);
-            ++st.refused_entries;
-          }
-          close_channel(c, r == Consumer::Pop::kCorrupt ? "malformed entry: " + why : "a reply entry from a client");
-          break;
-        }
-        any = true;
+      // Fairness: at most 64 entries of one channel per pass.
+      Drained d = drain_requests(c->req, 64, [&](Entry&& e) {
         {
           std::lock_guard<std::mutex> g(m);
           ++(e.kind == Kind::kCall ? st.calls : st.notes);
         }
         if (cb.on_entry) cb.on_entry(c->id, c->session, std::move(e));
+      });
+      any |= d.entries > 0;
+      if (d.refused) {
+        {
+          std::lock_guard<std::mutex> g(m);
+          ++st.refused_entries;
+        }
+        close_channel(c, *d.refused);
       }
     }
     return any;
@@ -705,6 +722,7 @@ void Client::inject_for_test(uint32_t kind, uint32_t len_field, const Bytes& pay
   ring_write(req_data(h), h->ring_bytes, tail, &eh, sizeof(eh));
   ring_write(req_data(h), h->ring_bytes, tail + sizeof(eh), payload.data(), uint32_t(payload.size()));
   h->req.tail.store(tail + entry_bytes(uint32_t(payload.size())));
+  I.req = Producer(&h->req, req_data(h), h->ring_bytes);  // later entries go after it
   uint64_t one = 1;
   (void)!::write(I.efd, &one, sizeof(one));
 }

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +110,15 @@ class Consumer {
   uint32_t cap_ = 0;
   uint64_t head_ = 0;
 };
+
+// The owner's side of a request ring, shared by the owner's poller and the simulation: up to `max`
+// entries, each well-formed call or note handed to `on_entry`; a malformed entry, or a reply from a
+// client, stops the drain and names why in `refused` (the caller ends that client's session).
+struct Drained {
+  size_t entries = 0;
+  std::optional<std::string> refused;
+};
+Drained drain_requests(Consumer& ring, size_t max, const std::function<void(Entry&&)>& on_entry);
 
 // The abstract socket name of an owner generation's channel listener.
 std::string socket_name(const std::string& cluster, uint32_t node_id, uint64_t generation);
