@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,10 +13,8 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <numeric>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "fluxon/actors/client.hpp"
 #include "fluxon/client/kv_client.hpp"
 #include "fluxon/runtime/channel.hpp"
+#include "fluxon/runtime/segment.hpp"
 #include "fluxon/runtime/transport.hpp"
 
 namespace fluxon::tools {
@@ -82,27 +82,6 @@ double tcp_ping_pong_p50_us(int iters) {
   return us[us.size() / 2];
 }
 
-// The page size the kernel backs a mapping with (KernelPageSize in /proc/self/smaps), 0 if not found.
-uint64_t mapping_page_bytes(const void* addr) {
-  std::ifstream f("/proc/self/smaps");
-  std::string line;
-  bool in = false;
-  const auto want = reinterpret_cast<uintptr_t>(addr);
-  while (std::getline(f, line)) {
-    uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
-      in = want >= lo && want < hi;
-      continue;
-    }
-    if (in && line.rfind("KernelPageSize:", 0) == 0) {
-      std::istringstream is(line.substr(15));
-      uint64_t kb = 0;
-      is >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
-}
 
 double us_since(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
@@ -330,13 +309,25 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
   for (size_t k = 0; k < n; ++k) keys.push_back("bench:" + run + ":data:" + std::to_string(k));
   PutOptionalArgs overwrite;
   overwrite.reject_if_exist_same_key = false;
-  std::vector<double> base_gbs, put_gbs, get_gbs;
+  std::vector<double> base_gbs, shm_gbs, shm_out_gbs, put_gbs, get_gbs;
   double cold_put = 0, cold_get = 0;
+  // The same kind of memory as the segment: shared memory (shmem), mapped with MADV_HUGEPAGE as
+  // segments are, written once before the rounds (warm, as the segment's reused slots are).
+  void* shm = ::mmap(nullptr, n * len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) return 1;
+  (void)::madvise(shm, n * len, MADV_HUGEPAGE);
+  std::memset(shm, 1, n * len);
   for (int round = 0; round < 6; ++round) {
     for (size_t i = 0; i < src.size(); i += 4096) src[i] = uint8_t(i >> 12) ^ uint8_t(round);
     auto t = Clock::now();
     std::memcpy(dst.data(), src.data(), n * len);
     const double base = n * len / (us_since(t) * 1e3);
+    t = Clock::now();
+    std::memcpy(shm, src.data(), n * len);
+    const double base_shm = n * len / (us_since(t) * 1e3);
+    t = Clock::now();
+    std::memcpy(dst.data(), shm, n * len);
+    const double base_shm_out = n * len / (us_since(t) * 1e3);
     t = Clock::now();
     uint64_t plan = BENCH_OK(c.local_fast_put_start(keys, len, overwrite));
     auto* blob = reinterpret_cast<uint64_t*>(plan);
@@ -360,6 +351,8 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
       cold_get = get;
     } else {
       base_gbs.push_back(base);
+      shm_gbs.push_back(base_shm);
+      shm_out_gbs.push_back(base_shm_out);
       put_gbs.push_back(put);
       get_gbs.push_back(get);
     }
@@ -374,19 +367,26 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
+  ::munmap(shm, n * len);
   g_fig["memcpy_gbps"] = med(base_gbs);
+  g_fig["memcpy_shm_gbps"] = med(shm_gbs);
+  g_fig["memcpy_from_shm_gbps"] = med(shm_out_gbs);
   g_fig["data_put_gbps"] = med(put_gbs);
   g_fig["data_get_gbps"] = med(get_gbs);
   {
     auto segs = BENCH_OK(c.wait_local_segments_ready());
-    g_fig["segment_page_bytes"] = double(mapping_page_bytes(reinterpret_cast<void*>(segs.at(0).write_ptr)));
+    const MappingPages pg = mapping_pages(reinterpret_cast<void*>(segs.at(0).write_ptr));
+    g_fig["segment_page_bytes"] = double(pg.effective_page_bytes(segs.at(0).len));
+    g_fig["segment_huge_bytes"] = double(pg.huge_bytes);
   }
   say("\ndata path, 64 x 4 MiB, warm slots, median of 5 rounds:\n");
   say("  baseline single-thread memcpy         %7.2f GB/s\n", med(base_gbs));
-  say("  put_start + memcpy in + commit        %7.2f GB/s  (%.2fx memcpy)\n", med(put_gbs),
-              med(put_gbs) / med(base_gbs));
-  say("  get_start + transfer + memcpy out     %7.2f GB/s  (%.2fx memcpy)\n", med(get_gbs),
-              med(get_gbs) / med(base_gbs));
+  say("  baseline memcpy into / out of warm shared memory (the segment's kind) %.2f / %.2f GB/s\n", med(shm_gbs),
+      med(shm_out_gbs));
+  say("  put_start + memcpy in + commit        %7.2f GB/s  (%.2fx memcpy, %.2fx into shared memory)\n",
+      med(put_gbs), med(put_gbs) / med(base_gbs), med(put_gbs) / med(shm_gbs));
+  say("  get_start + transfer + memcpy out     %7.2f GB/s  (%.2fx memcpy, %.2fx out of shared memory)\n",
+      med(get_gbs), med(get_gbs) / med(base_gbs), med(get_gbs) / med(shm_out_gbs));
   say("  cold round (fresh memory, page faults): put %.2f GB/s, get %.2f GB/s\n", cold_put, cold_get);
   say("  segment pages: %.0f bytes\n", g_fig["segment_page_bytes"]);
   int rc = cfg.owners.size() >= 2 ? bench_remote(cfg, c, run, iters) : 0;

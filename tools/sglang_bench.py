@@ -12,9 +12,14 @@ tokens: 4 MiB per page, K and V of 2 MiB). Per round (fresh keys, cleared afterw
 - ``batch_exists`` of the 128 local pages (one ``exists_prefix``) against one owner round trip
   (``ping``) and against the old way (``get_start`` + ``cancel_get_transfer``).
 
+Then the per-batch overhead with small pages (8 KiB: the bytes cost nothing, the calls are what is
+left): ``batch_set_v1``, ``batch_exists`` and ``batch_get_v1`` of 1 and of 128 fresh pages, p50 of
+``--calls`` batches each, beside one owner round trip (``ping``). ``--channel auto|caf`` chooses
+how the backend's client reaches the owner (the shared-memory channel or CAF).
+
 Medians over rounds; every result is checked (all True, the exact hit count).
 
-    FLUXON_BUILD_DIR=build /usr/bin/python3 tools/sglang_bench.py [--rounds 5] [--pages 128]
+    FLUXON_BUILD_DIR=build /usr/bin/python3 tools/sglang_bench.py [--rounds 5] [--pages 128] [--channel auto]
 """
 
 import argparse
@@ -60,11 +65,51 @@ def p50(xs):
     return statistics.median(xs)
 
 
+def overhead(client_cfg, calls: int, channel: str) -> None:
+    """Per-batch cost of the three calls with pages too small for their bytes to matter."""
+    small = MHAHostPool("page_first", pages=257, page_size=16, layer_num=2, head_num=2, head_dim=32,
+                        dtype=torch.bfloat16)
+    small.kv_buffer.view(torch.uint8).fill_(3)
+    b = load_backend(storage_config(0, 2, model="meta-llama/Meta-Llama-3-8B", layout="page_first",
+                                    extra=dynamic_extra(str(client_cfg), key_prefix="ovh")), small)
+    ping = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        b.client.ping()
+        ping.append(time.perf_counter() - t)
+    print(f"  per-batch overhead, pages of {small.get_size_per_token() * 16} bytes, client.channel {channel}, "
+          f"p50 of {calls} batches (ping p50 {p50(ping) * 1e6:.1f} us):")
+    for n in (1, 128):
+        st, ex, gt = [], [], []
+        for c in range(calls):
+            keys = [f"{n:03d}{c:05d}{i:056x}" for i in range(n)]
+            t = time.perf_counter()
+            res = b.batch_set_v1(keys, page_indices(small, list(range(n))))
+            st.append(time.perf_counter() - t)
+            assert res == [True] * n, res
+            t = time.perf_counter()
+            assert b.batch_exists(keys) == n
+            ex.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            res = b.batch_get_v1(keys, page_indices(small, list(range(128, 128 + n))))
+            gt.append(time.perf_counter() - t)
+            assert res == [True] * n, res
+        print(f"    {n:3d} pages: batch_set_v1 {p50(st) * 1e6:7.1f} us, batch_exists {p50(ex) * 1e6:7.1f} us, "
+              f"batch_get_v1 {p50(gt) * 1e6:7.1f} us")
+    assert b.flush(30)
+    b.clear()
+    failures = b.fluxon_stats()["failures"]
+    assert not failures, failures
+    b.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--exists-calls", type=int, default=300)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--channel", choices=("auto", "shm", "caf"), default="auto")
     a = ap.parse_args()
     n = a.pages
     pool = MHAHostPool("page_first", pages=2 * n + 1, page_size=64, layer_num=32, head_num=4, head_dim=128,
@@ -88,7 +133,8 @@ def main():
                    f"owners:\n  - {{node_id: 1, port: {oport}, metrics_port: 0, "
                    f"contribute_to_cluster_pool_size: {{dram: {seg_mib}MiB}}, local_reserve_grant_bytes: 512MiB}}\n")
     client_cfg = tmp / "client.yaml"
-    client_cfg.write_text(f"cluster_name: sgb{oport}\nclient: {{owner_address: 127.0.0.1:{oport}}}\n")
+    client_cfg.write_text(f"cluster_name: sgb{oport}\nclient: {{owner_address: 127.0.0.1:{oport}, "
+                          f"channel: {a.channel}}}\n")
     fl = str(BUILD / "tools" / "fluxon")
     procs = [subprocess.Popen([fl, "master", "--config", str(cfg)], stdout=open(tmp / "master.log", "w"),
                               stderr=subprocess.STDOUT)]
@@ -155,6 +201,7 @@ def main():
         print(f"  batch_exists of {n} local pages: p50 {p50(ex) * 1e6:7.1f} us = {p50(ex) / p50(ping):.2f}x one owner "
               f"round trip (ping p50 {p50(ping) * 1e6:.1f} us); get_start+cancel p50 {p50(old) * 1e6:.1f} us "
               f"({p50(old) / p50(ex):.2f}x exists)")
+        overhead(client_cfg, a.calls, a.channel)
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)

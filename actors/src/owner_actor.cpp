@@ -194,6 +194,12 @@ void export_metrics(OwnerState& st) {
     m.counter("fluxon_owner_data_refused_requests_total", "Fetch requests refused (generation, range, protocol)",
               st.data_server->requests_refused());
   }
+  {
+    const MappingPages pg = mapping_pages(st.segment->base());
+    m.gauge("fluxon_owner_segment_page_bytes", "Page size backing most of the segment (2 MiB once huge pages do)",
+            double(pg.effective_page_bytes(st.segment->size())));
+    m.gauge("fluxon_owner_segment_huge_bytes", "Segment bytes mapped with huge pages now", double(pg.huge_bytes));
+  }
   if (st.channel) {
     const auto cs = st.channel->stats();
     m.gauge("fluxon_owner_channel_sessions", "Same-host clients on the shared-memory channel now", double(cs.open));
@@ -490,9 +496,20 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
     if (error) *error = server.status().to_string();
     return caf::actor{};
   }
-  if (metrics)  // daemons say which data plane they run; embedded clients stay quiet
+  if (metrics) {  // daemons say which data plane they run and what backs the segment; embedded clients stay quiet
     std::fprintf(stderr, "fluxon owner: data plane tcp on %s:%u (RDMA: %s)\n", ocfg.advertised_data_host().c_str(),
                  (*server)->port(), rdma.detail.c_str());
+    const MappingPages pg = mapping_pages(shared->base());
+    std::fprintf(stderr,
+                 "fluxon owner: segment of %llu bytes on %llu-byte pages; shmem huge pages: %s (mode '%s'; "
+                 "advise, within_size or always give the segment 2 MiB pages as it fills)\n",
+                 (unsigned long long)shared->size(), (unsigned long long)pg.page_bytes,
+                 pg.shmem_thp == "advise" || pg.shmem_thp == "within_size" || pg.shmem_thp == "always" ||
+                         pg.shmem_thp == "force"
+                     ? "on"
+                     : "off",
+                 pg.shmem_thp.empty() ? "none" : pg.shmem_thp.c_str());
+  }
   std::shared_ptr<DataServer> data(std::move(server.value()));
   return sys.spawn(owner_actor, std::move(shared), std::move(data), ocfg, generation, master, master_host,
                    master_port, metrics, cfg.cluster_name);

@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <sstream>
 
 namespace fluxon {
 
@@ -36,6 +40,45 @@ static void remove_stale(const std::string& cluster, uint32_t node_id) {
   closedir(d);
 }
 
+// An owner killed by SIGKILL cannot unlink its segment, and nobody else would until that node's
+// next owner starts: its memory stays taken in /dev/shm. So the owner leaves a guardian: a process
+// (forked twice: init reaps it, and it is in no process group of ours) that waits on a pipe whose
+// write end only the owner holds, and unlinks the segment's name when the owner is gone, however
+// it went (after a clean stop the name is gone already). Returns the write end (-1: no guardian;
+// the next owner of the node still removes the stale segment).
+static int start_guardian(const std::string& name) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  const char* path = name.c_str();  // computed before fork: the child may only make system calls
+  const pid_t child = fork();
+  if (child < 0) {
+    close(p[0]);
+    close(p[1]);
+    return -1;
+  }
+  if (child == 0) {
+    if (fork() != 0) _exit(0);  // the middle process ends at once; the guardian goes to init
+    setsid();
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    for (int fd = 0; fd < 4096; ++fd)
+      if (fd != p[0]) close(fd);
+    char b;
+    for (;;) {  // nobody writes: the read ends when the last write end closes (the owner is gone)
+      const ssize_t r = read(p[0], &b, 1);
+      if (r == 0 || (r < 0 && errno != EINTR)) break;
+    }
+    shm_unlink(path);
+    _exit(0);
+  }
+  close(p[0]);
+  int st = 0;
+  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  return p[1];
+}
+
 Result<std::unique_ptr<Segment>> Segment::create(const std::string& cluster, uint32_t node_id,
                                                  uint64_t generation, uint64_t bytes) {
   remove_stale(cluster, node_id);
@@ -58,7 +101,10 @@ Result<std::unique_ptr<Segment>> Segment::create(const std::string& cluster, uin
     shm_unlink(name.c_str());
     return Status(Code::kInternal, "mmap(" + name + "): " + strerror(e));
   }
-  return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, fd));
+  (void)madvise(p, bytes, MADV_HUGEPAGE);  // huge pages where the system's shmem THP mode allows
+  auto seg = std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, fd));
+  seg->guardian_fd_ = start_guardian(name);
+  return seg;
 }
 
 Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, uint64_t bytes) {
@@ -72,6 +118,7 @@ Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, uint64_t
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return Status(Code::kInternal, "mmap(" + name + "): " + strerror(errno));
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
   return std::unique_ptr<Segment>(new Segment(name, static_cast<uint8_t*>(p), bytes, -1));
 }
 
@@ -103,6 +150,7 @@ Segment::~Segment() {
     shm_unlink(name_.c_str());
     close(owner_fd_);
   }
+  if (guardian_fd_ >= 0) close(guardian_fd_);  // the guardian finds the name gone and ends
 }
 
 uint64_t new_generation() {
@@ -115,6 +163,44 @@ uint64_t new_generation() {
     const uint64_t next = std::max(g, prev + 1);
     if (last.compare_exchange_weak(prev, next)) return next;
   }
+}
+
+MappingPages mapping_pages(const void* addr) {
+  MappingPages m;
+  {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    std::string line;
+    if (std::getline(f, line)) {
+      const auto a = line.find('['), b = line.find(']');
+      if (a != std::string::npos && b != std::string::npos && b > a) m.shmem_thp = line.substr(a + 1, b - a - 1);
+    }
+  }
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  const auto want = reinterpret_cast<uintptr_t>(addr);
+  auto kb = [](const std::string& l, size_t skip) {
+    std::istringstream is(l.substr(skip));
+    uint64_t v = 0;
+    is >> v;
+    return v * 1024;
+  };
+  while (std::getline(f, line)) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      if (in) break;  // past the mapping
+      in = want >= lo && want < hi;
+      continue;
+    }
+    if (!in) continue;
+    if (line.rfind("KernelPageSize:", 0) == 0) m.page_bytes = kb(line, 15);
+    else if (line.rfind("ShmemPmdMapped:", 0) == 0) m.huge_bytes += kb(line, 15);
+    else if (line.rfind("AnonHugePages:", 0) == 0) m.huge_bytes += kb(line, 14);
+    else if (line.rfind("FilePmdMapped:", 0) == 0) m.huge_bytes += kb(line, 14);
+  }
+  return m;
 }
 
 }  // namespace fluxon

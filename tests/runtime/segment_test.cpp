@@ -1,7 +1,10 @@
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "fluxon/runtime/segment.hpp"
@@ -33,4 +36,41 @@ TEST_CASE("segment: generations grow") {
   const uint64_t a = new_generation(), b = new_generation();
   CHECK(a != 0);
   CHECK(b > a);
+}
+
+TEST_CASE("segment: a killed owner's segment is unlinked by its guardian, and the mapping's pages are reported") {
+  const std::string cluster = "seg-kill-" + std::to_string(getpid());
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto seg = Segment::create(cluster, 1, 7, 1 << 20);
+    if (!seg.ok()) _exit(1);
+    const MappingPages pg = mapping_pages((*seg)->base());
+    char buf[256];
+    const int n = std::snprintf(buf, sizeof buf, "%s %llu", (*seg)->name().c_str(), (unsigned long long)pg.page_bytes);
+    (void)!write(p[1], buf, size_t(n));
+    close(p[1]);
+    pause();  // killed here: no destructor runs
+    _exit(0);
+  }
+  close(p[1]);
+  char buf[256] = {};
+  REQUIRE(read(p[0], buf, sizeof buf - 1) > 0);
+  close(p[0]);
+  char name[200] = {};
+  unsigned long long page = 0;
+  REQUIRE(std::sscanf(buf, "%199s %llu", name, &page) == 2);
+  CHECK(page >= 4096);  // the segment's pages, read from the owner's own smaps
+  struct stat st {};
+  REQUIRE(stat((std::string("/dev/shm") + name).c_str(), &st) == 0);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = stat((std::string("/dev/shm") + name).c_str(), &st) != 0;
+    if (!gone) usleep(10000);
+  }
+  CHECK(gone);
 }

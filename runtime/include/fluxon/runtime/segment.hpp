@@ -14,7 +14,7 @@ std::string segment_name(const std::string& cluster, uint32_t node_id, uint64_t 
 class Segment {
  public:
   // Owner side: create (O_EXCL, 0600), size, map. Stale segments of the same cluster/node left by a
-  // killed owner are removed first.
+  // killed owner are removed first; a guardian process removes this one if the owner is killed.
   static Result<std::unique_ptr<Segment>> create(const std::string& cluster, uint32_t node_id,
                                                  uint64_t generation, uint64_t bytes);
   // Client side: map an existing segment read/write.
@@ -40,9 +40,26 @@ class Segment {
   uint8_t* base_;
   uint64_t size_;
   int owner_fd_;  // owner: holds the liveness lock; client: -1
+  int guardian_fd_ = -1;  // owner: the pipe its guardian waits on (unlinks the name if the owner is killed)
 };
 
 // A fresh owner generation: grows across restarts of the same node (and within one process).
 uint64_t new_generation();
+
+// What backs a mapping of this process (from /proc/self/smaps): its page size, how much of it is
+// mapped with huge pages now (THP: ShmemPmdMapped / AnonHugePages / FilePmdMapped), and the
+// system's shmem THP mode (/sys/kernel/mm/transparent_hugepage/shmem_enabled, the bracketed word;
+// "" where the kernel has none). Segments are mapped with MADV_HUGEPAGE: they get huge pages
+// where that mode is advise, within_size or always, 4 KiB pages otherwise.
+struct MappingPages {
+  uint64_t page_bytes = 0;
+  uint64_t huge_bytes = 0;
+  std::string shmem_thp;
+  // The page size most of the mapping has: 2 MiB once huge pages back it, else page_bytes.
+  uint64_t effective_page_bytes(uint64_t mapping_len) const {
+    return huge_bytes * 2 >= mapping_len && huge_bytes > 0 ? 2ull << 20 : page_bytes;
+  }
+};
+MappingPages mapping_pages(const void* addr);
 
 }  // namespace fluxon
