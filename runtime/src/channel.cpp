@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -257,6 +258,7 @@ struct Server::Impl {
       futex_wake(&c->map.h->resp.seq);
     }
     channels.clear();
+    for (const auto& [fd, since] : pending) ::close(fd);
     if (listen_fd >= 0) ::close(listen_fd);
     if (ep >= 0) ::close(ep);
     if (stop_fd >= 0) ::close(stop_fd);
@@ -292,17 +294,58 @@ struct Server::Impl {
     ++st.refused_channels;
   }
 
-  void accept_one() {
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    // The hello is small and sent at once; a client that does not send it in time is refused.
-    pollfd p{fd, POLLIN, 0};
-    Hello hello{};
-    if (::poll(&p, 1, 1000) != 1 || ::recv(fd, &hello, sizeof(hello), MSG_WAITALL) != ssize_t(sizeof(hello)) ||
-        hello.magic != kMagic || hello.version != kVersion) {
-      refuse(fd, EPROTO);
-      return;
+  // Connections whose hello has not come yet (fd -> when accepted). A connection never blocks the
+  // poller: its hello is read when it is there, and one still missing after a second is refused.
+  std::unordered_map<int, Clock::time_point> pending;
+
+  void accept_pending() {
+    while (true) {
+      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) return;
+      if (pending.size() >= 64) {  // bounded: a flood of silent connections is refused at once
+        refuse(fd, EBUSY);
+        continue;
+      }
+      pending.emplace(fd, Clock::now());
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.fd = fd;
+      ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
     }
+  }
+
+  void drop_pending(int fd) {
+    ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    pending.erase(fd);
+  }
+
+  void sweep_pending() {
+    const auto now = Clock::now();
+    std::vector<int> late;
+    for (const auto& [fd, since] : pending)
+      if (now - since > std::chrono::seconds(1)) late.push_back(fd);
+    for (int fd : late) {
+      drop_pending(fd);
+      refuse(fd, ETIMEDOUT);
+    }
+  }
+
+  // The hello of a pending connection is readable (or the peer went).
+  void hello_ready(int fd) {
+    Hello hello{};
+    const ssize_t got = ::recv(fd, &hello, sizeof(hello), MSG_PEEK | MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (got > 0 && got < ssize_t(sizeof(hello))) return;  // the rest is on its way (or the sweep ends it)
+    drop_pending(fd);
+    if (got != ssize_t(sizeof(hello)) || ::recv(fd, &hello, sizeof(hello), MSG_DONTWAIT) != ssize_t(sizeof(hello)) ||
+        hello.magic != kMagic || hello.version != kVersion)
+      return refuse(fd, EPROTO);
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // the welcome is written whole
+    welcome(fd, hello);
+  }
+
+  void welcome(int fd, const Hello& hello) {
     if (hello.generation != generation) return refuse(fd, ESTALE);
     {
       std::lock_guard<std::mutex> g(m);
@@ -415,6 +458,49 @@ struct Server::Impl {
     return any;
   }
 
+  Clock::time_point last_events{};
+
+  // Socket and doorbell events: new connections, hellos, doorbells, clients gone.
+  void events(int timeout_ms) {
+    last_events = Clock::now();
+    epoll_event evs[32];
+    const int n = ::epoll_wait(ep, evs, 32, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[i].data.fd;
+      if (fd == listen_fd) {
+        accept_pending();
+        continue;
+      }
+      if (fd == stop_fd) continue;
+      if (pending.count(fd)) {
+        hello_ready(fd);
+        continue;
+      }
+      auto it = by_fd.find(fd);
+      if (it == by_fd.end()) continue;
+      std::shared_ptr<Channel> c;
+      {
+        std::lock_guard<std::mutex> g(m);
+        auto ci = channels.find(it->second);
+        if (ci != channels.end()) c = ci->second;
+      }
+      if (!c) continue;
+      if (fd == c->efd) {
+        uint64_t v;
+        (void)!::read(c->efd, &v, sizeof(v));
+      } else if (evs[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR | EPOLLIN)) {
+        char b[64];
+        ssize_t r = ::recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+          const std::vector<std::shared_ptr<Channel>> one(1, c);
+          drain(one);  // what it sent before it went still counts
+          close_channel(c, "the client's socket closed");
+        }
+      }
+    }
+    if (!pending.empty()) sweep_pending();
+  }
+
   void run() {
     auto last = Clock::now();
     std::vector<std::shared_ptr<Channel>> all;
@@ -425,6 +511,8 @@ struct Server::Impl {
       }
       if (drain(all)) {
         last = Clock::now();
+        // Busy: sockets (new clients, dead ones) are still looked at every millisecond.
+        if (last - last_events > std::chrono::milliseconds(1)) events(0);
         continue;
       }
       const auto replied = Clock::time_point(Clock::duration(last_reply.load(std::memory_order_relaxed)));
@@ -436,38 +524,7 @@ struct Server::Impl {
       bool ready = false;
       uint32_t seq;
       for (const auto& c : all) ready |= !c->req.prepare_sleep(&seq);
-      if (!ready) {
-        epoll_event evs[32];
-        int n = ::epoll_wait(ep, evs, 32, 200);
-        for (int i = 0; i < n; ++i) {
-          const int fd = evs[i].data.fd;
-          if (fd == listen_fd) {
-            accept_one();
-            continue;
-          }
-          if (fd == stop_fd) continue;
-          auto it = by_fd.find(fd);
-          if (it == by_fd.end()) continue;
-          std::shared_ptr<Channel> c;
-          {
-            std::lock_guard<std::mutex> g(m);
-            auto ci = channels.find(it->second);
-            if (ci != channels.end()) c = ci->second;
-          }
-          if (!c) continue;
-          if (fd == c->efd) {
-            uint64_t v;
-            (void)!::read(c->efd, &v, sizeof(v));
-          } else if (evs[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR | EPOLLIN)) {
-            char b[64];
-            ssize_t r = ::recv(fd, b, sizeof(b), MSG_DONTWAIT);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-              drain({c});  // what it sent before it went still counts
-              close_channel(c, "the client's socket closed");
-            }
-          }
-        }
-      }
+      if (!ready) events(200);
       for (const auto& c : all) c->req.awake();
       last = Clock::now() - std::chrono::microseconds(opt.spin_us);  // no spin after a wake-up without work
     }

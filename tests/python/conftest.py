@@ -117,12 +117,21 @@ class Cluster:
         """owner_extra: config lines added to every owner, or a list of them, one per owner;
         master_extra: keys added to the master's mapping ("k: v, k: v")."""
         self.name = name
+        self._shape = (tmp, owners, owner_extra, metrics, dram, master_extra)
+        self._write_config()
+        self.logs = tmp
+        self.master = None
+        self.owners = [None] * owners
+
+    def _write_config(self):
+        """Fresh ports, the config file written with them."""
+        tmp, owners, owner_extra, metrics, dram, master_extra = self._shape
         self.master_port = free_port()
         # prometheus-cpp's exposer takes ~2 s to stop: only clusters that test metrics serve them.
         self.metrics_port = free_port() if metrics else 0
         self.owner_ports = [free_port() for _ in range(owners)]
         self.owner_metrics = [free_port() if metrics else 0 for _ in range(owners)]
-        lines = [f"cluster_name: {name}", f"run_dir: {tmp}",
+        lines = [f"cluster_name: {self.name}", f"run_dir: {tmp}",
                  f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}"
                  + (f", {master_extra}" if master_extra else "") + "}", "owners:"]
         for i, (p, mp) in enumerate(zip(self.owner_ports, self.owner_metrics)):
@@ -131,11 +140,8 @@ class Cluster:
                       "    local_reserve_grant_bytes: 16MiB"]
             extra = owner_extra[i] if isinstance(owner_extra, list) else owner_extra
             lines += [f"    {l}" for l in extra.splitlines() if l.strip()]
-        self.config = tmp / f"{name}.yaml"
+        self.config = tmp / f"{self.name}.yaml"
         self.config.write_text("\n".join(lines) + "\n")
-        self.logs = tmp
-        self.master = None
-        self.owners = [None] * owners
 
     def _spawn(self, args, log):
         return subprocess.Popen([FLUXON_BIN, *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT)
@@ -157,10 +163,22 @@ class Cluster:
         self.owners[i] = None
 
     def start(self):
-        self.start_master()
-        for i in range(len(self.owners)):
-            self.start_owner(i)
-        return self
+        # A port free_port() found may be taken (an outgoing connection's ephemeral port) before the
+        # daemon binds it: then the whole cluster starts again on fresh ports.
+        for attempt in range(3):
+            try:
+                self.start_master()
+                for i in range(len(self.owners)):
+                    self.start_owner(i)
+                return self
+            except RuntimeError:
+                logs = "".join(p.read_text(errors="replace") for p in self.logs.glob("*.log"))
+                self.stop()
+                if "cannot listen" not in logs or attempt == 2:
+                    raise
+                for p in self.logs.glob("*.log"):
+                    p.unlink()
+                self._write_config()
 
     def stop(self):
         for i in range(len(self.owners)):

@@ -2,11 +2,14 @@
 // and the owner's listener with real sockets, threads and a killed client process.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -274,4 +277,39 @@ TEST_CASE("channel: a killed client process is seen at once, and a client writin
     CHECK(h.ok());
   }
   CHECK(owner.closed_count() == 1 + n);
+}
+
+TEST_CASE("channel: a silent connection blocks nobody, and new clients get in while the owner is busy") {
+  EchoOwner owner;
+  // A local process that connects and never says hello.
+  int silent = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, owner.name.data(), owner.name.size());
+  REQUIRE(::connect(silent, reinterpret_cast<sockaddr*>(&a),
+                    socklen_t(offsetof(sockaddr_un, sun_path) + 1 + owner.name.size())) == 0);
+  // A client that streams calls without a pause: the poller never has a reason to sleep.
+  auto busy = Client::connect(owner.name, 1, 42, 0);
+  REQUIRE(busy.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread load([&] {
+    while (!stop)
+      if (!(*busy)->call(pattern(64, 1), 5000).ok()) ++bad;
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto late = Client::connect(owner.name, 2, 42, 0);
+  REQUIRE(late.ok());
+  CHECK((*late)->call(pattern(8, 2), 5000).ok());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(900));  // not behind the silent one
+  // The silent connection is refused after its second.
+  char buf[64];
+  timeval tv{5, 0};
+  ::setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  CHECK(::recv(silent, buf, sizeof buf, 0) >= 0);  // a refusal, then the end
+  stop = true;
+  load.join();
+  CHECK(bad == 0);
+  ::close(silent);
+  CHECK(owner.server->stats().refused_channels == 1);
 }
