@@ -287,11 +287,14 @@ struct Server::Impl {
   }
 
   void refuse(int fd, int32_t code) {
+    {
+      // Counted before the peer can read the refusal: whoever sees it sees it counted.
+      std::lock_guard<std::mutex> g(m);
+      ++st.refused_channels;
+    }
     Welcome w{kMagic, kVersion, 0, code, 0};
     write_all(fd, &w, sizeof(w));
     ::close(fd);
-    std::lock_guard<std::mutex> g(m);
-    ++st.refused_channels;
   }
 
   // Connections whose hello has not come yet (fd -> when accepted). A connection never blocks the
