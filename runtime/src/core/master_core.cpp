@@ -2,6 +2,8 @@
 // Remote gets are in master_gets.cpp, replica tasks, write-back and demotion in master_replicas.cpp.
 #include "fluxon/core/master_core.hpp"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "fluxon/core/stat_values.hpp"
@@ -80,20 +82,49 @@ void MasterCore::hand_unbacked(uint32_t node, Envelope& reply) {
   if (q.empty()) unbacked_.erase(it);
 }
 
+namespace {
+// A 64-bit hash of bytes, 8 at a time through a 128-bit multiply; seeds give independent hashes.
+uint64_t mix_hash(std::string_view s, uint64_t seed) {
+  auto mul = [](uint64_t a, uint64_t b) {
+    const unsigned __int128 r = (unsigned __int128)a * b;
+    return uint64_t(r) ^ uint64_t(r >> 64);
+  };
+  uint64_t h = seed ^ (s.size() * 0x9e3779b97f4a7c15ull);
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = mul(h ^ w, 0xbf58476d1ce4e5b9ull);
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  return mul(h ^ w ^ 0x94d049bb133111ebull, 0x2545f4914f6cdd1dull);
+}
+}  // namespace
+
+MasterCore::TombKey MasterCore::tomb_key(std::string_view key, uint32_t node) {
+  return TombKey{mix_hash(key, 0x8a5cd789635d2dffull), mix_hash(key, 0x3c6ef372fe94f82bull), node};
+}
+
 void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation) {
-  auto [t, fresh] = tombstones_.try_emplace({key, node}, Removed{ver, generation, now_ + kTombstoneMs});
+  const TombKey tk = tomb_key(key, node);
+  auto [t, fresh] = tombstones_.try_emplace(tk, Removed{ver, generation, now_ + kTombstoneMs});
   // A newer tombstone of the same writer stays: it covers this version too.
-  const bool older = !fresh && t->second.generation == generation && t->second.ver.origin_node == ver.origin_node &&
-                     t->second.ver.origin_generation == ver.origin_generation && ver.put_id < t->second.ver.put_id;
-  if (!older) t->second = Removed{ver, generation, now_ + kTombstoneMs};
-  tombstone_order_.emplace_back(now_ + kTombstoneMs, std::make_pair(key, node));
+  const bool older = !fresh && t->generation == generation && t->ver.origin_node == ver.origin_node &&
+                     t->ver.origin_generation == ver.origin_generation && ver.put_id < t->ver.put_id;
+  if (!older) *t = Removed{ver, generation, now_ + kTombstoneMs};
+  tombstone_order_.emplace_back(now_ + kTombstoneMs, tk);
+}
+
+bool MasterCore::Removed::covers(uint64_t gen, const Version& v) const {
+  return generation == gen && ver.origin_node == v.origin_node && ver.origin_generation == v.origin_generation &&
+         v.put_id <= ver.put_id;
 }
 
 bool MasterCore::entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const {
   if (tombstones_.empty()) return false;
-  auto t = tombstones_.find({key, node});
-  return t != tombstones_.end() && t->second.generation == generation && t->second.ver.origin_node == v.origin_node &&
-         t->second.ver.origin_generation == v.origin_generation && v.put_id <= t->second.ver.put_id;
+  const Removed* t = tombstones_.find(tomb_key(key, node));
+  return t && t->covers(generation, v);
 }
 
 void MasterCore::count_cohort(uint32_t node, const Replica& rep, int delta) {
@@ -159,9 +190,9 @@ void MasterCore::tick(Millis now) {
     ended_order_.pop_front();
   }
   while (!tombstone_order_.empty() && tombstone_order_.front().first <= now) {
-    auto t = tombstones_.find(tombstone_order_.front().second);
+    const Removed* t = tombstones_.find(tombstone_order_.front().second);
     // Only the tombstone this entry was queued for: a newer one of the key keeps its own expiry.
-    if (t != tombstones_.end() && t->second.expires == tombstone_order_.front().first) tombstones_.erase(t);
+    if (t && t->expires == tombstone_order_.front().first) tombstones_.erase(tombstone_order_.front().second);
     tombstone_order_.pop_front();
   }
   while (!ended_reclaim_order_.empty() && ended_reclaim_order_.front().first <= now) {
@@ -184,6 +215,13 @@ void MasterCore::tick(Millis now) {
   }
 }
 
+template <class KeyAt>
+void MasterCore::prepare_probes(size_t n, KeyAt key_at) {
+  if (probes_.size() < n) probes_.resize(n);
+  for (size_t i = 0; i < n; ++i) routes_.prepare(key_at(i), probes_[i]);
+  for (size_t i = 0; i < n; ++i) routes_.prefetch(probes_[i]);
+}
+
 Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
   counters_.put_done_total++;
   OwnerInfo& o = owners_[pd.node_id];
@@ -202,7 +240,11 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
   rep.put_id = pd.put_id;
   rep.results.reserve(pd.items.size());
   bool duplicate = false;
-  for (const auto& item : pd.items) {
+  prepare_probes(pd.items.size(), [&](size_t i) -> std::string_view { return pd.items[i]->key; });
+  if (!tombstones_.empty())  // a new key looks for its tombstone
+    for (const auto& item : pd.items) tombstones_.prefetch(tomb_key(item->key, pd.node_id));
+  for (size_t i = 0; i < pd.items.size(); ++i) {
+    const auto& item = pd.items[i];
     if (pd.generation < o.generation) {
       rep.results.push_back(wire::PutItemResult::StaleGeneration);
       counters_.put_done_stale_total++;
@@ -210,7 +252,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
     }
     const Version v = item_version(item->origin_node, item->origin_generation, item->origin_put_id, pd.node_id,
                                    pd.generation, pd.put_id);
-    auto it = routes_.find(item->key);
+    auto it = routes_.find(probes_[i]);
     if (it != routes_.end()) {
       Route& r = it->second;
       if (r.ver == v) {
@@ -262,13 +304,18 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       counters_.put_done_exists_total++;
       continue;
     }
-    if (entombed(item->key, pd.node_id, pd.generation, v)) {
-      rep.results.push_back(wire::PutItemResult::Exists);  // a removed version stays removed
-      counters_.put_done_exists_total++;
-      continue;
+    if (!tombstones_.empty()) {
+      const TombKey tk = tomb_key(item->key, pd.node_id);
+      if (const Removed* t = tombstones_.find(tk)) {
+        if (t->covers(pd.generation, v)) {
+          rep.results.push_back(wire::PutItemResult::Exists);  // a removed version stays removed
+          counters_.put_done_exists_total++;
+          continue;
+        }
+        tombstones_.erase(tk);
+      }
     }
-    if (!tombstones_.empty()) tombstones_.erase({item->key, pd.node_id});
-    auto [route, _] = routes_.emplace(item->key, Route{v, item->len, {}});
+    auto [route, _] = routes_.emplace(item->key, probes_[i], Route{v, item->len, {}});
     add_replica(item->key, route->second,
                 Replica{pd.node_id, item->group, pd.generation, item->offset, pd.put_id, item->slot_size});
     rep.results.push_back(wire::PutItemResult::Live);
@@ -289,10 +336,13 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
 
 Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
   wire::RemoveRoutesReplyT rep;
-  for (const auto& item : rr.items) {
+  prepare_probes(rr.items.size(), [&](size_t i) -> std::string_view { return rr.items[i]->key; });
+  for (const auto& item : rr.items) tombstones_.prefetch(tomb_key(item->key, item->node_id));  // removed: entombed
+  for (size_t i = 0; i < rr.items.size(); ++i) {
+    const auto& item = rr.items[i];
     const Version v = item_version(item->origin_node, item->origin_generation, item->put_id, item->node_id,
                                    item->generation, item->put_id);
-    auto it = routes_.find(item->key);
+    auto it = routes_.find(probes_[i]);
     // Only the exact replica of the exact version goes: never a newer one (identity beats flags).
     bool match = false;
     if (it != routes_.end() && it->second.ver == v)
@@ -357,9 +407,11 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     counters_.lookups_total++;
     counters_.lookup_keys_total += lk->keys.size();
     wire::LookupReplyT rep;
-    for (const auto& k : lk->keys) {
+    rep.routes.reserve(lk->keys.size());
+    prepare_probes(lk->keys.size(), [&](size_t i) -> std::string_view { return lk->keys[i]; });
+    for (size_t i = 0; i < lk->keys.size(); ++i) {
       auto info = std::make_unique<wire::RouteInfoT>();
-      auto it = routes_.find(k);
+      auto it = routes_.find(probes_[i]);
       if (it != routes_.end()) {
         counters_.lookup_hits_total++;
         const Route& r = it->second;

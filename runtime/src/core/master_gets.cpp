@@ -10,7 +10,7 @@ namespace fluxon {
 bool MasterCore::fenced(const std::string& key, uint32_t node_id) const {
   // Conservative: any get reading this node's copy of key holds it, whatever version it reads; a
   // reclaim in progress holds it until it ends.
-  return reads_.count({key, node_id}) != 0 || reclaim_fenced(key, node_id);
+  return (!reads_.empty() && reads_.count({key, node_id}) != 0) || reclaim_fenced(key, node_id);
 }
 
 void MasterCore::end_get(std::map<GetKey, GetFlight>::iterator it) {

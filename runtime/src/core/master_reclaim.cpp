@@ -87,6 +87,7 @@ std::vector<uint32_t> MasterCore::common_targets(const std::vector<std::unique_p
 }
 
 bool MasterCore::demotion_relies_on(const std::string& key, uint32_t node) const {
+  if (reclaim_fences_.empty()) return false;  // most of the time: no reclaim fences anything
   auto r = routes_.find(key);
   if (r == routes_.end()) return false;
   for (const auto& rep : r->second.replicas) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fluxon/core/route_table.hpp"
+#include "fluxon/runtime/flat_map.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
 
@@ -123,6 +124,8 @@ class MasterCore {
     Version ver;
     uint64_t generation;
     Millis expires = 0;
+    // A PutDone of (gen, v) is one of the removed copy's late duplicates (or older).
+    bool covers(uint64_t gen, const Version& v) const;
   };
   using GetKey = std::pair<std::string, uint32_t>;  // (key, requester node)
 
@@ -253,14 +256,30 @@ class MasterCore {
   std::deque<std::pair<Millis, std::string>> writeback_order_;  // (expiry, key), oldest first
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   RouteTable<Route> routes_;
+  // A batch's keys prepared for lookup (their misses overlap): probes_[i] is the i-th key's.
+  std::vector<RouteTable<Route>::Probe> probes_;
+  template <class KeyAt>
+  void prepare_probes(size_t n, KeyAt key_at);
   size_t replicas_ = 0;
   // A tombstone only has to outlive the late duplicates of its PutDone (retries are seconds apart):
   // it expires after kTombstoneMs, so removed keys do not grow the table forever.
   // Per (key, node): a late PutDone (a duplicate, a re-publication that crossed the removal) of that
   // version or an older one from that node's generation is refused, whether or not another node's
   // copy keeps the route: it would route to a slot the node has freed.
-  std::map<std::pair<std::string, uint32_t>, Removed> tombstones_;
-  std::deque<std::pair<Millis, std::pair<std::string, uint32_t>>> tombstone_order_;  // (expiry, (key, node))
+  // Keyed by the key's 128-bit fingerprint (two independent 64-bit hashes), not its bytes: a
+  // tombstone is three words, found in O(1). Two keys sharing a fingerprint (odds ~2^-128 a pair)
+  // would at worst refuse one's put as Exists: a cache miss, never a wrong route.
+  struct TombKey {
+    uint64_t a = 0, b = 0;
+    uint32_t node = 0;
+    bool operator==(const TombKey&) const = default;
+  };
+  struct TombHash {
+    size_t operator()(const TombKey& k) const noexcept { return k.a ^ (uint64_t(k.node) * 0x9e3779b97f4a7c15ull); }
+  };
+  static TombKey tomb_key(std::string_view key, uint32_t node);
+  FlatMap<TombKey, Removed, TombHash> tombstones_;
+  std::deque<std::pair<Millis, TombKey>> tombstone_order_;  // (expiry, (key, node))
   void entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation);
   bool entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const;
   static constexpr Millis kTombstoneMs = 10 * 60 * 1000;
