@@ -12,6 +12,7 @@
 
 #include "fluxon/core/stat_values.hpp"
 #include "fluxon/messages/codec.hpp"
+#include "fluxon/runtime/page_mapper.hpp"
 #include "fluxon/runtime/segment.hpp"
 
 namespace fluxon {
@@ -73,23 +74,8 @@ struct Conn {
   std::shared_ptr<Segment> mapping;
   uint64_t generation = 0;
   std::atomic<bool> down{false};
-  // Grants whose pages this process has faulted in: each is populated once, on first use, so
-  // later writes and reads run at memory speed instead of one page fault per 4 KiB.
-  std::mutex pm;
-  std::vector<bool> populated;
-  void ensure_populated(uint64_t offset, uint64_t len) {
-    const uint64_t gb = link->info().grant_bytes;
-    if (gb == 0 || len == 0) return;
-    for (uint64_t g = offset / gb; g <= (offset + len - 1) / gb; ++g) {
-      {
-        std::lock_guard<std::mutex> l(pm);
-        if (populated.size() <= g) populated.resize(g + 1, false);
-        if (populated[g]) continue;
-        populated[g] = true;
-      }
-      mapping->populate(g * gb, gb);
-    }
-  }
+  std::unique_ptr<PageMapper> pages;  // this process's page tables for the mapping
+  void ensure_populated(uint64_t offset, uint64_t len) { pages->touch(offset, len); }
 };
 
 }  // namespace
@@ -166,6 +152,7 @@ struct KvClient::Impl {
     auto seg = Segment::open(info.segment_name, info.segment_len);
     if (!seg.ok()) return seg.status();
     c->mapping = std::move(seg.value());
+    c->pages = std::make_unique<PageMapper>(c->mapping, info.grant_bytes);
     std::lock_guard<std::mutex> g(m);
     if (conn) old_conns[conn->serial] = conn;
     conn = c;
