@@ -19,7 +19,7 @@ static int usage() {
                "  fluxon cluster up|down|status FILE\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
-               "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf]\n"
+               "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf] [--batch B]... [--get-rounds R]\n"
                "                                         (starts the cluster of FILE if needed)\n"
                "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n");
   return 2;
