@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -151,6 +153,14 @@ struct EchoOwner {
   std::mutex m;
   std::vector<std::pair<uint64_t, std::string>> closed;
   std::atomic<uint64_t> notes{0};
+  struct Reply {
+    uint64_t ch, id;
+    Bytes out;
+  };
+  std::deque<Reply> replies;  // answered in order by one thread, as the owner actor answers
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread replier;
   std::unique_ptr<Server> server;
   explicit EchoOwner(ServerOptions opt = {}) {
     Server::Callbacks cb;
@@ -159,8 +169,9 @@ struct EchoOwner {
         ++notes;
         return;
       }
-      Bytes out(e.payload.rbegin(), e.payload.rend());
-      std::thread([this, ch, id = e.id, out] { server->reply(ch, id, out); }).detach();
+      std::lock_guard<std::mutex> g(m);
+      replies.push_back(Reply{ch, e.id, Bytes(e.payload.rbegin(), e.payload.rend())});
+      cv.notify_one();
     };
     cb.on_closed = [this](uint64_t, uint64_t session, const std::string& why) {
       std::lock_guard<std::mutex> g(m);
@@ -169,6 +180,27 @@ struct EchoOwner {
     auto s = Server::start(name, 42, opt, std::move(cb));
     REQUIRE(s.ok());
     server = std::move(s.value());
+    replier = std::thread([this] {
+      std::unique_lock<std::mutex> l(m);
+      for (;;) {
+        cv.wait(l, [&] { return stop || !replies.empty(); });
+        if (stop) return;
+        Reply r = std::move(replies.front());
+        replies.pop_front();
+        l.unlock();
+        server->reply(r.ch, r.id, r.out);
+        l.lock();
+      }
+    });
+  }
+  ~EchoOwner() {  // the replier ends before the server goes
+    {
+      std::lock_guard<std::mutex> g(m);
+      stop = true;
+    }
+    cv.notify_all();
+    replier.join();
+    server.reset();
   }
   size_t closed_count() {
     std::lock_guard<std::mutex> g(m);
