@@ -493,10 +493,19 @@ TEST_CASE("Sessions: holdings are unique, non-zero, released only by their own s
   CHECK(ss.holding(h1) == nullptr);
   auto closed = ss.close(a);
   REQUIRE(closed);
-  CHECK(closed->holdings.count(h2) == 1);
-  ss.release_holdings(pool, *closed);
+  CHECK(ss.holding(h2) != nullptr);
+  CHECK(ss.release_holdings(pool, a) == 1);  // h2
+  CHECK(ss.holding(h2) == nullptr);
+  CHECK(ss.holding(h3) != nullptr);  // b's stays
   CHECK(pool.slot(slot).holder_refs == 1);
   CHECK_FALSE(ss.contains(a));
   CHECK_FALSE(ss.close(a));
   CHECK(ss.holders() == 1);
+  // A session known only by its holdings (it never opened a plan or a handle) gives them back too.
+  const uint64_t h4 = ss.hold(pool, slot, 99);
+  CHECK(pool.slot(slot).holder_refs == 2);
+  CHECK_FALSE(ss.close(99));
+  CHECK(ss.release_holdings(pool, 99) == 1);
+  CHECK(ss.holding(h4) == nullptr);
+  CHECK(pool.slot(slot).holder_refs == 1);
 }

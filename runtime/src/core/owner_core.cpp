@@ -128,11 +128,13 @@ void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {
 
 void OwnerCore::close_session(uint64_t session, Outbox& out) {
   auto closed = s_.sessions.close(session);
-  if (!closed) return;
-  put_.close_session(*closed, session);
-  gets_.close_session(*closed, session, now_, out);
-  s_.sessions.release_holdings(s_.pool, *closed);
-  serve_waiters_if_freed(out);
+  if (closed) {
+    put_.close_session(*closed, session);
+    gets_.close_session(*closed, session, now_, out);
+  }
+  // Holdings are kept by session id alone: a session that only ever read has them too.
+  const size_t held = s_.sessions.release_holdings(s_.pool, session);
+  if (closed || held > 0) serve_waiters_if_freed(out);
 }
 
 void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::RemovePrefixReqT& req, Millis now,

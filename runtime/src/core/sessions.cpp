@@ -1,5 +1,7 @@
 #include "fluxon/core/sessions.hpp"
 
+#include <vector>
+
 namespace fluxon {
 
 std::optional<Sessions::Session> Sessions::close(uint64_t session) {
@@ -10,29 +12,30 @@ std::optional<Sessions::Session> Sessions::close(uint64_t session) {
   return s;
 }
 
-void Sessions::release_holdings(ReservePool& pool, const Session& s) {
-  for (uint64_t hid : s.holdings) {
-    auto h = holdings_.find(hid);
-    if (h == holdings_.end()) continue;
-    pool.release_holder(h->second.slot);
-    holdings_.erase(h);
+size_t Sessions::release_holdings(ReservePool& pool, uint64_t session) {
+  std::vector<uint64_t> ids;
+  holdings_.for_each([&](uint64_t id, const Holding& h) {
+    if (h.session == session) ids.push_back(id);
+  });
+  for (uint64_t id : ids) {
+    pool.release_holder(holdings_.find(id)->slot);
+    holdings_.erase(id);
   }
+  return ids.size();
 }
 
 uint64_t Sessions::hold(ReservePool& pool, SlotRef slot, uint64_t session) {
   const uint64_t id = next_holding_++;  // non-zero, unique per export
   pool.add_holder(slot);
-  holdings_.emplace(id, Holding{slot, session});
-  sessions_[session].holdings.insert(id);
+  holdings_.try_emplace(id, Holding{slot, session});
   return id;
 }
 
 void Sessions::release(ReservePool& pool, uint64_t id, uint64_t session) {
-  auto it = holdings_.find(id);
-  if (it == holdings_.end() || it->second.session != session) return;  // identity beats flags
-  pool.release_holder(it->second.slot);
-  if (auto s = sessions_.find(session); s != sessions_.end()) s->second.holdings.erase(id);
-  holdings_.erase(it);
+  const Holding* h = holdings_.find(id);
+  if (h == nullptr || h->session != session) return;  // identity beats flags
+  pool.release_holder(h->slot);
+  holdings_.erase(id);
 }
 
 }  // namespace fluxon

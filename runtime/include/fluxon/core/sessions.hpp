@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fluxon/runtime/flat_map.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 
 namespace fluxon {
@@ -15,7 +16,7 @@ namespace fluxon {
 class Sessions {
  public:
   struct Session {
-    std::unordered_set<uint64_t> plans, handles, holdings;
+    std::unordered_set<uint64_t> plans, handles;
   };
   struct Holding {
     SlotRef slot;
@@ -37,21 +38,28 @@ class Sessions {
   // The session leaves: what it held, for the owner to release (plans, handles), then
   // release_holdings() for the holdings still exported.
   std::optional<Session> close(uint64_t session);
-  void release_holdings(ReservePool& pool, const Session& s);
+  // Releases every holding of `session` (a scan: sessions end rarely, reads hold and release by the
+  // million); returns how many.
+  size_t release_holdings(ReservePool& pool, uint64_t session);
 
   // A reader's reference on `slot` for `session`: one more holder on the slot (S2).
   uint64_t hold(ReservePool& pool, SlotRef slot, uint64_t session);
   // Releases holding `id` if it is `session`'s.
   void release(ReservePool& pool, uint64_t id, uint64_t session);
-  const Holding* holding(uint64_t id) const {
-    auto it = holdings_.find(id);
-    return it == holdings_.end() ? nullptr : &it->second;
-  }
+  const Holding* holding(uint64_t id) const { return holdings_.find(id); }
   size_t holders() const { return holdings_.size(); }
 
  private:
   std::unordered_map<uint64_t, Session> sessions_;
-  std::unordered_map<uint64_t, Holding> holdings_;
+  struct IdHash {
+    size_t operator()(uint64_t x) const {  // splitmix64's finalizer: ids are sequential
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+      return size_t(x ^ (x >> 31));
+    }
+  };
+  // Inline entries: a read's hold and release allocate nothing.
+  FlatMap<uint64_t, Holding, IdHash> holdings_;
   uint64_t next_session_ = 1, next_holding_ = 1;
 };
 
