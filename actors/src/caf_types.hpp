@@ -33,8 +33,8 @@ using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using mreply_atom = caf::atom_constant<caf::atom("mreply")>;
 using populated_atom = caf::atom_constant<caf::atom("populated")>;
-using channel_atom = caf::atom_constant<caf::atom("channel")>;
 using chclosed_atom = caf::atom_constant<caf::atom("chclosed")>;
+using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

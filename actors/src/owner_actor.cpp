@@ -146,6 +146,19 @@ struct OwnerState {
   // Not an aggregate: CAF 0.17 constructs a state from the actor pointer when it can, and C++20's
   // parenthesized aggregate initialization would let a leading bool take that pointer (as true).
   OwnerState() = default;
+  // The channel's poller serves inside `mu` and reads the members below: it stops first.
+  ~OwnerState() { channel.reset(); }
+  // The driver, the core and what the ports touch are used by one thread at a time: the actor's
+  // handlers, or the channel's poller serving a same-host client's call where it reads it (no hop
+  // through the actor's mailbox: that wake-up was most of a local call). The core stays
+  // single-threaded in effect, and there is still one path to it: the driver.
+  std::mutex mu;
+  // Set while the poller serves (under mu): effects that need the actor's context — CAF sends,
+  // requests, promises — are queued in `deferred`, and the actor runs them, in order, before
+  // anything else it does next (deferred_atom wakes it once per batch).
+  bool inline_serving = false;
+  std::vector<std::function<void(caf::stateful_actor<OwnerState>*)>> deferred;
+  bool deferred_kick = false;
   FaultPlan fault_plan;
   std::mt19937_64 fault_rng;
   std::shared_ptr<Segment> segment;
@@ -176,6 +189,25 @@ struct OwnerState {
 };
 
 static_assert(!std::is_constructible_v<OwnerState, Self*>, "CAF would build the state from the actor pointer");
+
+// What the poller deferred, in order (under mu).
+void run_deferred(Self* self) {
+  auto& st = self->state;
+  st.deferred_kick = false;
+  if (st.deferred.empty()) return;
+  auto work = std::move(st.deferred);
+  st.deferred.clear();
+  for (auto& f : work) f(self);
+}
+
+// Every entry into the driver from the actor's side: the lock, then what the poller left to do.
+class Turn {
+ public:
+  explicit Turn(Self* self) : g_(self->state.mu) { run_deferred(self); }
+
+ private:
+  std::lock_guard<std::mutex> g_;
+};
 
 void export_metrics(OwnerState& st) {
   if (!st.metrics) return;
@@ -224,8 +256,15 @@ void request_master(Self* self, uint64_t token, Blob blob) {
   if (!st.master) return;  // disconnected: the job re-sends from its timer once the master is back
   st.master_timeout_ms = std::max<uint32_t>(st.master_timeout_ms, 1);
   self->request(st.master, std::chrono::milliseconds(st.master_timeout_ms), std::move(blob))
-      .then([=](Blob& rep) { self->state.driver->master_replied(token, std::make_shared<const Bytes>(std::move(rep.bytes))); },
-            [=](caf::error&) { self->state.driver->master_failed(token); });
+      .then(
+          [=](Blob& rep) {
+            Turn t(self);
+            self->state.driver->master_replied(token, std::make_shared<const Bytes>(std::move(rep.bytes)));
+          },
+          [=](caf::error&) {
+            Turn t(self);
+            self->state.driver->master_failed(token);
+          });
 }
 
 void ActorPorts::reply(uint64_t token, Envelope& env) {
@@ -235,6 +274,14 @@ void ActorPorts::reply(uint64_t token, Envelope& env) {
   if (it->second.channel != 0) {
     if (st.channel) st.channel->reply(it->second.channel, it->second.call, encode(env));
     st.pending.erase(it);
+    return;
+  }
+  if (st.inline_serving) {  // a CAF caller's reply (a claim served at last): the actor delivers it
+    auto bytes = std::make_shared<Bytes>(encode(env));
+    st.deferred.push_back([token, bytes](Self* self) {
+      auto env = decode(*bytes);
+      if (env.ok()) self->state.ports->reply(token, **env);
+    });
     return;
   }
   if (auto* hello = env.body.AsHelloReply()) {
@@ -252,16 +299,34 @@ void ActorPorts::reply(uint64_t token, Envelope& env) {
 
 void ActorPorts::note(uint64_t session, Envelope& env) {
   auto& st = self_->state;
+  if (st.inline_serving) {
+    auto bytes = std::make_shared<Bytes>(encode(env));
+    st.deferred.push_back([session, bytes](Self* self) {
+      auto& st = self->state;
+      auto it = st.sessions.find(session);
+      if (it != st.sessions.end()) self->send(it->second, Note{*bytes});
+    });
+    return;
+  }
   auto it = st.sessions.find(session);
   if (it != st.sessions.end()) self_->send(it->second, Note{encode(env)});
 }
 
 void ActorPorts::to_master(uint64_t token, SharedBytes bytes, Millis delay) {
+  if (self_->state.inline_serving) {
+    self_->state.deferred.push_back([token, bytes, delay](Self* self) { self->state.ports->to_master(token, bytes, delay); });
+    return;
+  }
   if (delay > 0) self_->delayed_send(self_, std::chrono::milliseconds(delay), delayed_atom::value, token, Blob{*bytes});
   else request_master(self_, token, Blob{*bytes});
 }
 
 void ActorPorts::master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) {
+  if (delay > 0 && self_->state.inline_serving) {
+    self_->state.deferred.push_back(
+        [token, bytes, delay](Self* self) { self->state.ports->master_reply_later(token, bytes, delay); });
+    return;
+  }
   if (delay > 0) self_->delayed_send(self_, std::chrono::milliseconds(delay), mreply_atom::value, token, Blob{*bytes});
   else self_->state.driver->on_master_reply(token, *bytes, now_ms());
 }
@@ -270,20 +335,31 @@ void ActorPorts::fetch(TransferBatch batch, bool fail, Millis) {
   const uint64_t id = batch.id;
   if (self_->state.fetcher->push(Fetch{std::move(batch), fail})) return;
   // The queue is at its bound: this batch fails now (its keys are misses, nothing waits forever).
-  self_->send(self_, fetched_atom::value, id, uint8_t(Code::kTimeout),
-              std::string("fetch queue full (") + std::to_string(kFetchQueue) + " batches)");
+  auto fail_now = [id](Self* self) {
+    self->send(self, fetched_atom::value, id, uint8_t(Code::kTimeout),
+               std::string("fetch queue full (") + std::to_string(kFetchQueue) + " batches)");
+  };
+  if (self_->state.inline_serving) self_->state.deferred.push_back(fail_now);
+  else fail_now(self_);
 }
 
 void ActorPorts::populate(uint64_t offset, uint64_t len) {
   // Full: the first use faults the pages in; counted as done (nothing is left to wait for).
-  if (!self_->state.populator->push({offset, len})) self_->send(self_, populated_atom::value, len);
+  if (self_->state.populator->push({offset, len})) return;
+  auto done = [len](Self* self) { self->send(self, populated_atom::value, len); };
+  if (self_->state.inline_serving) self_->state.deferred.push_back(done);
+  else done(self_);
 }
 
 void ActorPorts::release(uint64_t offset, uint64_t len) { self_->state.segment->release(offset, len); }
 
-void ActorPorts::flush_soon() { self_->send(self_, flush_atom::value); }
+void ActorPorts::flush_soon() {
+  if (self_->state.inline_serving) self_->state.deferred.push_back([](Self* self) { self->send(self, flush_atom::value); });
+  else self_->send(self_, flush_atom::value);
+}
 
 void master_up(Self* self, caf::actor m, bool reconnected) {
+  Turn t(self);
   auto& st = self->state;
   st.reconnecting = false;
   st.master = m;
@@ -322,7 +398,25 @@ void end_session(Self* self, uint64_t session) {
   for (uint64_t token : st.driver->close_session(session, now_ms())) st.pending.erase(token);
 }
 
-// The channel's poller hands entries to the actor: the core stays single-threaded.
+// An entry of a same-host client's channel, decoded and served as a CAF request would be (under mu).
+void serve_channel_entry(Self* self, uint64_t ch, channel::Entry& e) {
+  auto& st = self->state;
+  auto env = decode(e.payload);
+  if (e.kind == channel::Kind::kNote) {
+    if (env.ok()) st.driver->on_client_note(**env, now_ms());
+    return;
+  }
+  if (!env.ok()) {
+    if (st.channel) st.channel->reply(ch, e.id, encode(error_envelope(env.status())));
+    return;
+  }
+  const uint64_t token = st.driver->begin_request((*env)->session_id);
+  st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, e.id});
+  st.driver->on_client_request(token, **env, now_ms());
+}
+
+// The channel's poller serves each entry where it reads it, holding mu (see OwnerState::mu); what
+// needs the actor waits for it in `deferred`.
 std::unique_ptr<channel::Server> start_channel(Self* self, const std::string& cluster, const OwnerConfig& ocfg,
                                                uint64_t generation) {
   if (ocfg.client_channel_ring_bytes == 0) return nullptr;
@@ -332,9 +426,19 @@ std::unique_ptr<channel::Server> start_channel(Self* self, const std::string& cl
   opt.spin_us = ocfg.client_channel_spin_us;
   channel::Server::Callbacks cb;
   const caf::actor_addr owner = self->address();
-  cb.on_entry = [owner](uint64_t ch, uint64_t session, channel::Entry&& e) {
-    if (auto a = caf::actor_cast<caf::actor>(owner))
-      caf::anon_send(a, channel_atom::value, ch, session, e.id, uint32_t(e.kind), Blob{std::move(e.payload)});
+  // The state outlives the poller: ~OwnerState stops the channel first.
+  cb.on_entry = [self, owner](uint64_t ch, uint64_t, channel::Entry&& e) {
+    auto& st = self->state;
+    bool kick = false;
+    {
+      std::lock_guard<std::mutex> g(st.mu);
+      st.inline_serving = true;
+      serve_channel_entry(self, ch, e);
+      st.inline_serving = false;
+      if (!st.deferred.empty() && !st.deferred_kick) kick = st.deferred_kick = true;
+    }
+    if (kick)
+      if (auto a = caf::actor_cast<caf::actor>(owner)) caf::anon_send(a, deferred_atom::value);
   };
   cb.on_closed = [owner](uint64_t ch, uint64_t session, const std::string& why) {
     if (auto a = caf::actor_cast<caf::actor>(owner)) caf::anon_send(a, chclosed_atom::value, ch, session, why);
@@ -389,6 +493,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   if (st.master) master_up(self, st.master, /*reconnected=*/false);
   else start_reconnect(self);
   self->set_down_handler([=](caf::down_msg& dm) {
+    Turn t(self);
     auto& st = self->state;
     if (st.master && dm.source == st.master.address()) {
       st.master = caf::actor{};
@@ -403,6 +508,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   self->send(self, tick_atom::value);
   return {
       [=](Blob& req) -> caf::response_promise {
+        Turn t(self);
         auto& st = self->state;
         auto rp = self->make_response_promise();
         auto env = decode(req.bytes);
@@ -417,38 +523,40 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         return rp;
       },
       [=](Note& n) {
+        Turn t(self);
         auto env = decode(n.bytes);
         if (!env.ok()) return;  // one-way: nobody to answer
         self->state.driver->on_client_note(**env, now_ms());
       },
-      // An entry of a same-host client's channel: decoded and served as a CAF request would be.
-      [=](channel_atom, uint64_t ch, uint64_t session, uint64_t call, uint32_t kind, Blob& b) {
-        auto& st = self->state;
-        auto env = decode(b.bytes);
-        if (kind == uint32_t(channel::Kind::kNote)) {
-          if (env.ok()) st.driver->on_client_note(**env, now_ms());
-          return;
-        }
-        if (!env.ok()) {
-          if (st.channel) st.channel->reply(ch, call, encode(error_envelope(env.status())));
-          return;
-        }
-        (void)session;
-        const uint64_t token = st.driver->begin_request((*env)->session_id);
-        st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, call});
-        st.driver->on_client_request(token, **env, now_ms());
+      [=](deferred_atom) { Turn t(self); },
+      [=](chclosed_atom, uint64_t, uint64_t session, const std::string&) {
+        Turn t(self);
+        end_session(self, session);
       },
-      [=](chclosed_atom, uint64_t, uint64_t session, const std::string&) { end_session(self, session); },
-      [=](delayed_atom, uint64_t token, Blob& blob) { request_master(self, token, std::move(blob)); },
-      [=](mreply_atom, uint64_t token, Blob& blob) { self->state.driver->on_master_reply(token, blob.bytes, now_ms()); },
+      [=](delayed_atom, uint64_t token, Blob& blob) {
+        Turn t(self);
+        request_master(self, token, std::move(blob));
+      },
+      [=](mreply_atom, uint64_t token, Blob& blob) {
+        Turn t(self);
+        self->state.driver->on_master_reply(token, blob.bytes, now_ms());
+      },
       [=](fetched_atom, uint64_t id, uint8_t code, const std::string& msg) {
+        Turn t(self);
         Status result = code == 0 ? Status::ok() : Status(static_cast<Code>(code), msg);
         self->state.driver->on_transfer_done(id, result, now_ms());
       },
-      [=](populated_atom, uint64_t len) { self->state.driver->on_populated(len); },
+      [=](populated_atom, uint64_t len) {
+        Turn t(self);
+        self->state.driver->on_populated(len);
+      },
       [=](reconnect_atom) { try_connect(self); },
-      [=](flush_atom) { self->state.driver->flush(now_ms()); },
+      [=](flush_atom) {
+        Turn t(self);
+        self->state.driver->flush(now_ms());
+      },
       [=](tick_atom) {
+        Turn t(self);
         auto& st = self->state;
         const int64_t now = now_ms();
         // Peers' reads of this owner's copies since the last tick: the eviction order follows them.

@@ -75,7 +75,7 @@ struct Conn {
   uint64_t generation = 0;
   std::atomic<bool> down{false};
   std::unique_ptr<PageMapper> pages;  // this process's page tables for the mapping
-  void ensure_populated(uint64_t offset, uint64_t len) { pages->touch(offset, len); }
+  void ensure_populated(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) { pages->touch(ranges); }
 };
 
 }  // namespace
@@ -389,7 +389,7 @@ Result<uint64_t> KvClient::local_fast_put_start(const std::vector<std::string>& 
   FLUXON_TRY_CORE(r, impl_->call(*c, std::move(*req)));
   std::vector<std::pair<uint64_t, uint64_t>> touched;
   auto plan = impl_->locked([&] { return impl_->core.put_started(**r, keys.size(), uint64_t(value_len), &touched); });
-  for (auto [off, len] : touched) (*c)->ensure_populated(off, len);
+  (*c)->ensure_populated(touched);
   return plan;
 }
 
@@ -448,7 +448,7 @@ Result<uint64_t> KvClient::get_transfer(uint64_t handle, std::optional<int64_t> 
   std::vector<std::pair<uint64_t, uint64_t>> touched;
   auto plan = impl_->locked([&] { return impl_->core.finish_transfer(*t, reply.get(), &touched); });
   impl_->acks_queued();
-  for (auto [off, len] : touched) (*c)->ensure_populated(off, len);
+  (*c)->ensure_populated(touched);
   return plan;
 }
 

@@ -20,37 +20,43 @@ PageMapper::~PageMapper() {
   if (thread_.joinable()) thread_.join();
 }
 
-void PageMapper::queue(uint64_t chunk) {
-  if (state_[chunk] != kUnmapped) return;
+bool PageMapper::queue(uint64_t chunk) {
+  if (state_[chunk] != kUnmapped) return false;
   state_[chunk] = kQueued;
   queue_.push_back(chunk);
   stats_.chunks_queued++;
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  return true;
 }
 
-void PageMapper::touch(uint64_t offset, uint64_t len) {
-  if (grant_bytes_ == 0 || len == 0 || offset >= mapping_->size()) return;
-  len = std::min(len, mapping_->size() - offset);
+void PageMapper::touch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  if (grant_bytes_ == 0) return;
   std::vector<std::pair<uint64_t, uint64_t>> now;
-  const uint64_t first = offset / kChunk, last = (offset + len - 1) / kChunk;
+  bool queued = false;
   {
     std::lock_guard<std::mutex> l(m_);
     if (stop_) return;
-    for (uint64_t c = first; c <= last; ++c) {
-      if (state_[c] == kMapped) continue;
-      const uint64_t from = std::max(offset, c * kChunk), to = std::min(offset + len, (c + 1) * kChunk);
-      if (!now.empty() && now.back().first + now.back().second == from)
-        now.back().second += to - from;
-      else
-        now.emplace_back(from, to - from);
-      stats_.now_bytes += to - from;
-      queue(c);  // the rest of the chunk
+    for (auto [offset, len] : ranges) {
+      if (len == 0 || offset >= mapping_->size()) continue;
+      len = std::min(len, mapping_->size() - offset);
+      const uint64_t first = offset / kChunk, last = (offset + len - 1) / kChunk;
+      for (uint64_t c = first; c <= last; ++c) {
+        if (state_[c] == kMapped) continue;
+        const uint64_t from = std::max(offset, c * kChunk), to = std::min(offset + len, (c + 1) * kChunk);
+        if (!now.empty() && now.back().first + now.back().second == from)
+          now.back().second += to - from;
+        else
+          now.emplace_back(from, to - from);
+        stats_.now_bytes += to - from;
+        queued |= queue(c);  // the rest of the chunk
+      }
+      // Slots are carved upward through a grant: the next chunks of this one are the next used.
+      const uint64_t grant_end =
+          std::min(last * kChunk / grant_bytes_ * grant_bytes_ + grant_bytes_, mapping_->size());
+      for (uint64_t c = last + 1; c <= last + kAhead && c * kChunk < grant_end; ++c) queued |= queue(c);
     }
-    // Slots are carved upward through a grant: the next chunks of this one are the next used.
-    const uint64_t grant_end = std::min(last * kChunk / grant_bytes_ * grant_bytes_ + grant_bytes_, mapping_->size());
-    for (uint64_t c = last + 1; c <= last + kAhead && c * kChunk < grant_end; ++c) queue(c);
   }
-  cv_.notify_one();
+  if (queued) cv_.notify_one();
   for (auto [o, n] : now) mapping_->populate(o, n);
 }
 

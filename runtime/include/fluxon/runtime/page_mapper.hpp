@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fluxon {
@@ -32,7 +33,10 @@ class PageMapper {
 
   // [offset, offset+len) is about to be copied into or out of: the parts of it in chunks not yet
   // mapped are mapped now; those chunks and the kAhead after them in the grant are queued for the thread.
-  void touch(uint64_t offset, uint64_t len);
+  // A call's ranges at once: one lock, and the thread is woken only when a chunk was newly queued
+  // (a put of 128 slots in mapped chunks makes no system call at all).
+  void touch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+  void touch(uint64_t offset, uint64_t len) { touch({{offset, len}}); }
 
   struct Stats {
     uint64_t now_bytes = 0;         // mapped inside calls
@@ -47,7 +51,7 @@ class PageMapper {
  private:
   enum : uint8_t { kUnmapped = 0, kQueued = 1, kMapped = 2 };
   void run();
-  void queue(uint64_t chunk);  // locked
+  bool queue(uint64_t chunk);  // locked; true: newly queued
 
   const std::shared_ptr<Segment> mapping_;
   const uint64_t grant_bytes_;
