@@ -95,6 +95,53 @@ TEST_CASE("T1: lost and duplicated PutDone requests/replies converge to one rout
   }
 }
 
+TEST_CASE("T1 A2: batches committed while PutDones are on their way go together - fewer messages, one identity and one note each, also when messages are lost") {
+  for (uint64_t seed : {seed_from_env(35), uint64_t(36)}) {
+    sim::Cluster c(seed, small_owner());  // publish_retry_ms 50
+    c.run_for(10);
+    c.to_master.min_delay = c.to_master.max_delay = 20;
+    const uint64_t s = c.open_session(0);
+    const uint64_t msgs0 = c.master().counters().put_done_messages_total;
+    // A lone batch goes at once: live after one round trip.
+    put_commit(c, 0, s, keys_of("w0-", 2));
+    REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 2; }, 100));
+    CHECK(c.owner(0).counters().publish_coalesced_total == 0);
+    // A stream: 40 batches, 2 ms apart, while each PutDone takes 40 ms to be answered.
+    auto stream = [&](const std::string& prefix, int first) {
+      for (int b = first; b < first + 40; ++b) {
+        put_commit(c, 0, s, keys_of(prefix + std::to_string(b) + "-", 2));
+        c.run_for(2);
+      }
+    };
+    stream("w", 1);
+    REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 82; }, 5000));
+    CHECK(c.master().route_count() == 82);
+    CHECK(c.take_put_live(0, s).size() == 41);  // one terminal note per batch
+    const uint64_t msgs = c.master().counters().put_done_messages_total - msgs0;
+    CHECK(c.master().counters().put_done_total >= 41);
+    CHECK(msgs < 20);  // one per batch without coalescing
+    CHECK(c.owner(0).counters().publish_coalesced_total > 20);
+    CHECK(c.owner(0).counters().publish_retry_total == 0);  // none waited as long as a retry
+    MESSAGE("seed " << seed << ": 41 batches in " << msgs << " PutDone messages");
+    // The same under loss and duplication of requests and replies: every batch converges.
+    c.to_master = {0.3, 0.3, 5, 20};
+    c.from_master = {0.3, 0.3, 5, 20};
+    const uint64_t shared0 = c.owner(0).counters().publish_messages_shared_total;
+    stream("x", 41);
+    REQUIRE(c.run_until([&] { return c.owner(0).stats().slots_committed == 162; }, 60000));
+    c.to_master = sim::kQuietLink;
+    c.from_master = sim::kQuietLink;
+    c.run_for(500);
+    CHECK(c.owner(0).counters().publish_messages_shared_total > shared0);
+    CHECK(c.messages_dropped() > 0);
+    CHECK(c.master().route_count() == 162);
+    CHECK(c.owner(0).stats().publish_jobs == 0);
+    CHECK(c.take_put_live(0, s).size() == 40);
+    for (int b = 0; b <= 80; ++b)
+      CHECK(c.master().route_put_id((b <= 40 ? "w" : "x") + std::to_string(b) + "-1") == uint64_t(b + 1));
+  }
+}
+
 TEST_CASE("A1: a local atomic group is a hit only when complete") {
   sim::Cluster c(seed_from_env(41), small_owner());
   c.run_for(10);

@@ -395,7 +395,16 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
     hand_unbacked(node, reply);
     return reply;
   };
-  if (auto* pd = req.body.AsPutDone()) return with_victims(pd->node_id, put_done(*pd));
+  if (auto* pd = req.body.AsPutDone()) {
+    counters_.put_done_messages_total++;
+    Envelope rep = put_done(*pd);
+    if (auto* r = rep.body.AsPutDoneReply())
+      for (const auto& more : pd->more) {
+        Envelope m = put_done(*more);
+        if (auto* mr = m.body.AsPutDoneReply()) r->more.push_back(std::make_unique<wire::PutDoneReplyT>(std::move(*mr)));
+      }
+    return with_victims(pd->node_id, std::move(rep));
+  }
   if (auto* gs = req.body.AsBatchGetStart()) return with_victims(gs->node_id, get_start(*gs, now));
   if (auto* gd = req.body.AsBatchGetDone()) return with_victims(gd->node_id, get_done(*gd));
   if (auto* gr = req.body.AsBatchGetRevoke()) return with_victims(gr->node_id, get_revoke(*gr));

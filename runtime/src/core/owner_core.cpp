@@ -200,11 +200,12 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Out
       }
       break;
     case JobKind::kPublish: {
-      auto settled = put_.on_reply(token, reply, now, out);
-      went_live(settled, now, out);
-      if (auto& wt = settled.write_through)
-        writeback_.write_through(wt->put_id, wt->session, std::move(wt->cohorts), std::move(wt->keys),
-                                 std::move(wt->versions), now, out);
+      for (auto& settled : put_.on_reply(token, reply, now, out)) {
+        went_live(settled, now, out);
+        if (auto& wt = settled.write_through)
+          writeback_.write_through(wt->put_id, wt->session, std::move(wt->cohorts), std::move(wt->keys),
+                                   std::move(wt->versions), now, out);
+      }
       break;
     }
     case JobKind::kRemove: removal_.on_reply(token, reply, now); break;
@@ -238,6 +239,7 @@ void OwnerCore::on_master_failure(uint64_t token) {
   if (!known_token(token)) return;
   s_.counters.master_failures_total++;
   if (OwnerShared::kind_of(token) == JobKind::kExists) exists_.master_failed(token);
+  if (OwnerShared::kind_of(token) == JobKind::kPublish) put_.master_failed(token);
 }
 
 // ---- the data plane and the clock --------------------------------------------------------------

@@ -239,14 +239,42 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
   return done;
 }
 
-void PutPath::publish(uint64_t put_id, Millis now, Outbox& out) { send(put_id, publish_.at(put_id), now, out); }
+void PutPath::publish(uint64_t put_id, Millis now, Outbox& out) {
+  if (flights_.size() < kWindow && ready_.empty()) {
+    send_together({put_id}, now, out);
+    return;
+  }
+  // Earlier publications are on their way: this one goes with the next answer (or its timer).
+  s_.counters.publish_coalesced_total++;
+  ready_.push_back(put_id);
+  publish_.schedule(put_id, now + s_.cfg.publish_retry_ms);
+  flush_ready(now, out);
+}
 
-void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
-  wire::PutDoneT pd;
-  pd.node_id = s_.cfg.node_id;
-  pd.generation = s_.generation;
-  pd.put_id = put_id;  // T1: every attempt carries the same identity
-  pd.atomic_group_lens = job.group_lens;
+void PutPath::flush_ready(Millis now, Outbox& out) {
+  size_t from = 0;
+  while (flights_.size() < kWindow && from < ready_.size()) {
+    std::vector<uint64_t> ids;
+    size_t keys = 0;
+    for (; from < ready_.size() && ids.size() < kMessageJobs; ++from) {
+      auto j = publish_.find(ready_[from]);
+      if (j == publish_.end()) continue;  // settled meanwhile (its timer sent it)
+      if (!ids.empty() && keys + j->second.keys.size() > kMessageKeys) break;
+      keys += j->second.keys.size();
+      ids.push_back(ready_[from]);
+    }
+    if (!ids.empty()) send_together(ids, now, out);
+  }
+  ready_.erase(ready_.begin(), ready_.begin() + long(from));
+}
+
+std::unique_ptr<wire::PutDoneT> PutPath::put_done_of(uint64_t put_id, const PublishJob& job) const {
+  auto pd = std::make_unique<wire::PutDoneT>();
+  pd->node_id = s_.cfg.node_id;
+  pd->generation = s_.generation;
+  pd->put_id = put_id;  // T1: every attempt carries the same identity
+  pd->atomic_group_lens = job.group_lens;
+  pd->items.reserve(job.keys.size());
   for (size_t i = 0; i < job.keys.size(); ++i) {
     auto item = std::make_unique<wire::RouteItemT>();
     item->key = job.keys[i];
@@ -262,13 +290,32 @@ void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
       item->origin_generation = job.origins[i].origin_generation;
       item->origin_put_id = job.origins[i].put_id;
     }
-    pd.items.push_back(std::move(item));
+    pd->items.push_back(std::move(item));
   }
+  return pd;
+}
+
+void PutPath::send_together(const std::vector<uint64_t>& ids, Millis now, Outbox& out) {
   // Earlier attempts stay answerable: any reply for this identity settles the job (T1).
+  const uint64_t tok = s_.new_token(JobKind::kPublish);
+  std::unique_ptr<wire::PutDoneT> pd;
+  for (uint64_t id : ids) {
+    auto one = put_done_of(id, publish_.at(id));
+    if (!pd) pd = std::move(one);
+    else pd->more.push_back(std::move(one));
+    publish_.attempt(id, tok);
+    publish_.schedule(id, now + s_.cfg.publish_retry_ms);
+  }
+  if (ids.size() > 1) s_.counters.publish_messages_shared_total++;
+  flights_.emplace(tok, now);
+  s_.to_master(tok, make_envelope(std::move(*pd)), out);
+}
+
+void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
   const uint64_t tok = s_.new_token(JobKind::kPublish);
   publish_.attempt(put_id, tok);
   publish_.schedule(put_id, now + s_.cfg.publish_retry_ms);
-  s_.to_master(tok, make_envelope(std::move(pd)), out);
+  s_.to_master(tok, make_envelope(std::move(*put_done_of(put_id, job))), out);
 }
 
 void PutPath::drop_plan(uint64_t put_id) {
@@ -315,20 +362,36 @@ std::optional<Removal> PutPath::supersede(const std::string& key, const Entry& o
   return Removal{key, old.ver, old.slot, old.put_id};
 }
 
-// PutDone's answer: the batch's routes are live (or refused), its slots follow, the caller learns.
-PutPath::Settled PutPath::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
-  Settled settled;
-  auto id_of = publish_.id_of(token);
-  if (!id_of) return settled;
-  const uint64_t id = *id_of;
+// PutDone's answer: each batch's routes are live (or refused), its slots follow, the caller learns.
+std::vector<PutPath::Settled> PutPath::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
+  std::vector<Settled> all;
+  const bool first = flights_.erase(token) != 0;
+  if (publish_.id_of(token)) {
+    if (auto* pr = reply.body.AsPutDoneReply()) {
+      Settled one;
+      if (settle(token, *pr, one, out)) all.push_back(std::move(one));
+      for (const auto& more : pr->more) {
+        Settled m;
+        if (more && settle(token, *more, m, out)) all.push_back(std::move(m));
+      }
+    }
+  }
+  if (first) flush_ready(now, out);
+  return all;
+}
+
+bool PutPath::settle(uint64_t token, const wire::PutDoneReplyT& reply, Settled& settled, Outbox& out) {
+  const wire::PutDoneReplyT* pr = &reply;
+  const uint64_t id = pr->put_id;
   auto j = publish_.find(id);
-  auto* pr = reply.body.AsPutDoneReply();
-  // Identity mismatch: keep the job, the retry timer re-sends.
-  if (j == publish_.end() || !pr || pr->put_id != id || pr->results.size() != j->second.keys.size()) return settled;
+  // Identity mismatch (not a job this message carried, or malformed): keep the job, the retry
+  // timer re-sends.
+  if (j == publish_.end() || !publish_.attempted(id, token) || pr->results.size() != j->second.keys.size())
+    return false;
   PublishJob job = publish_.take(j);  // any attempt's reply settles the job and all its attempts
   if (job.resync) {
     settle_resync(id, job, *pr, settled);
-    return settled;
+    return true;
   }
   Status result = Status::ok();
   for (size_t i = 0; i < job.keys.size(); ++i) {
@@ -374,7 +437,7 @@ PutPath::Settled PutPath::on_reply(uint64_t token, Envelope& reply, Millis now, 
     }
     s_.counters.write_through_puts_total++;
     settled.write_through = std::move(wt);
-    return settled;
+    return true;
   }
   if (s_.sessions.contains(job.session)) {
     wire::PutLiveT live;
@@ -382,7 +445,7 @@ PutPath::Settled PutPath::on_reply(uint64_t token, Envelope& reply, Millis now, 
     if (!result.is_ok()) live.error = std::make_unique<wire::ErrorT>(to_wire(result));
     s_.note(job.session, make_envelope(std::move(live)), out);
   }
-  return settled;
+  return true;
 }
 
 void PutPath::settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Settled& settled) {
@@ -430,15 +493,26 @@ void PutPath::resync(Millis now, Outbox& out) {
     auto [it, _] = publish_.emplace(put_id, std::move(job));
     send(put_id, it->second, now, out);
   }
+  ready_.clear();  // every job goes now
   for (auto& [put_id, job] : publish_)
     if (!job.resync) send(put_id, job, now, out);
 }
 
 void PutPath::retry_due(Millis now, Outbox& out) {
-  for (uint64_t put_id : publish_.due(now)) {
-    s_.counters.publish_retry_total++;
+  // A message unanswered for a retry period no longer holds the window (its jobs re-send on their
+  // own timers; a reply still settles them).
+  std::erase_if(flights_, [&](const auto& f) { return now - f.second >= Millis(s_.cfg.publish_retry_ms); });
+  const auto due = publish_.due(now);
+  std::unordered_set<uint64_t> waited;  // due while still waiting for the window: a first send
+  if (!due.empty() && !ready_.empty()) {
+    const std::unordered_set<uint64_t> going(due.begin(), due.end());
+    std::erase_if(ready_, [&](uint64_t id) { return going.count(id) != 0 && waited.insert(id).second; });
+  }
+  for (uint64_t put_id : due) {
+    if (!waited.count(put_id)) s_.counters.publish_retry_total++;
     send(put_id, publish_.at(put_id), now, out);
   }
+  flush_ready(now, out);
 }
 
 void PutPath::close_session(const Sessions::Session& s, uint64_t session) {

@@ -3,7 +3,8 @@
 #include "fluxon/core/counters.hpp"
 
 #define FLUXON_MASTER_COUNTERS(X) \
-  X(put_done_total, "fluxon_master_put_done_total", "", "PutDone requests handled") \
+  X(put_done_total, "fluxon_master_put_done_total", "", "Put batches published (PutDone, each of a message's)") \
+  X(put_done_messages_total, "fluxon_master_put_done_messages_total", "", "PutDone messages (an owner's coalesced batches come in one)") \
   X(put_done_duplicate_total, "fluxon_master_put_done_duplicate_total", "", "PutDone re-sent with an identity already live (T1)") \
   X(put_done_exists_total, "fluxon_master_put_done_exists_total", "", "PutDone items refused: another version holds the key") \
   X(put_done_stale_total, "fluxon_master_put_done_stale_total", "", "PutDone items from an old owner generation") \

@@ -19,6 +19,10 @@
   X(reserve_soft_wait_total, "fluxon_owner_reserve_soft_wait_total", "", "Claims waiting past the soft wait") \
   X(reserve_timeout_total, "fluxon_owner_reserve_timeout_total", "", "Claims failed by LocalReserveTimeout") \
   X(publish_retry_total, "fluxon_owner_publish_retry_total", "", "PutDone re-sent with the same identity (T1)") \
+  X(publish_coalesced_total, "fluxon_owner_publish_coalesced_total", "",                                     \
+    "Put batches whose PutDone waited for an earlier one's answer, to go with others in one message")        \
+  X(publish_messages_shared_total, "fluxon_owner_publish_messages_shared_total", "",                         \
+    "PutDone messages that carried more than one put batch")                                                  \
   X(publish_exists_total, "fluxon_owner_publish_refused_total", "", "Route items the master refused") \
   X(resync_routes_total, "fluxon_owner_resync_routes_total", "", "Live routes re-published after the master came back") \
   X(replica_keys_requested_total, "fluxon_owner_replica_keys_requested_total", "", "Put keys published with a replica task") \

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -76,7 +77,15 @@ class PutPath {
   bool resyncing(uint64_t put_id) const;
   bool in_flight(const std::string& key) const { return inflight_.count(key) != 0; }
 
-  Settled on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
+  // One Settled per job the answer settles (a message may carry several, PutDone.more).
+  std::vector<Settled> on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
+  // A publish request failed (timeout, link down): it no longer counts as on its way.
+  void master_failed(uint64_t token) { flights_.erase(token); }
+  // Publication is coalesced: at most kWindow PutDone messages of first publications are on their
+  // way; batches committed meanwhile wait (each under its own retry timer, so none waits longer
+  // than a retry would) and go out together, one message, when an answer comes back. A lone put
+  // goes at once; a stream of puts costs the master one message per round trip, not one per put.
+  static constexpr size_t kWindow = 2, kMessageJobs = 64, kMessageKeys = 4096;
   // The master came back: every live route again with its identity, then the jobs in flight.
   void resync(Millis now, Outbox& out);
   void retry_due(Millis now, Outbox& out);
@@ -126,6 +135,12 @@ class PutPath {
   bool try_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, Outbox& out,
                  const std::function<bool(const std::string&)>& fetching, std::optional<RoomNeeded>& need);
   void send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
+  // The jobs' PutDone in one message (the first, `more` the rest), one token for all.
+  void send_together(const std::vector<uint64_t>& ids, Millis now, Outbox& out);
+  std::unique_ptr<wire::PutDoneT> put_done_of(uint64_t put_id, const PublishJob& job) const;
+  void flush_ready(Millis now, Outbox& out);
+  // One job's answer; false when it settles nothing (unknown, another message's, malformed).
+  bool settle(uint64_t token, const wire::PutDoneReplyT& pr, Settled& settled, Outbox& out);
   void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Settled& settled);
   void drop_plan(uint64_t put_id);
   // kv_score_pressure_budget: the plan's replica candidates cut to the budget (ReplicaBudget).
@@ -137,6 +152,8 @@ class PutPath {
   std::unordered_map<uint64_t, Plan> plans_;
   std::deque<Waiter> waiters_;                          // FIFO claim turn
   RetryTable<PublishJob> publish_;                      // put_id -> job
+  std::vector<uint64_t> ready_;                         // committed, waiting for the window (put_ids)
+  std::map<uint64_t, Millis> flights_;                  // first-publication messages on their way: token -> sent
   ReplicaBudget budget_;                                // kv_score_pressure_budget's decisions
 };
 

@@ -71,6 +71,11 @@ class RetryTable {
     by_token_[token] = id;
     attempts_[id].push_back(token);
   }
+  // Whether an attempt of job `id` went out under `token` (several jobs may share one message).
+  bool attempted(uint64_t id, uint64_t token) const {
+    auto a = attempts_.find(id);
+    return a != attempts_.end() && std::find(a->second.begin(), a->second.end(), token) != a->second.end();
+  }
   // The job an attempt belongs to, while it is not settled.
   std::optional<uint64_t> id_of(uint64_t token) const {
     auto it = by_token_.find(token);
