@@ -511,6 +511,7 @@ std::vector<Reclaim::Member> OwnerCore::take_cohorts(const std::vector<LocalInde
 std::vector<std::pair<uint64_t, uint64_t>> OwnerCore::take_new_grant_ranges() {
   std::vector<std::pair<uint64_t, uint64_t>> r;
   for (uint32_t g : s_.pool.take_new_grants()) r.emplace_back(uint64_t(g) * s_.cfg.grant_bytes, s_.cfg.grant_bytes);
+  handed_bytes_ += r.size() * s_.cfg.grant_bytes;
   return r;
 }
 
@@ -539,6 +540,7 @@ OwnerStats OwnerCore::stats() const {
   r.grants = c.grants;
   r.warmup_bytes = warmup_bytes_;
   r.warmed_bytes = std::min(populated_bytes_, warmup_bytes_);
+  r.populate_backlog_bytes = handed_bytes_ > populated_bytes_ ? handed_bytes_ - populated_bytes_ : 0;
   r.active_put_plans = put_.plans();
   r.holders = s_.sessions.holders();
   r.routes = s_.live_routes;

@@ -163,6 +163,7 @@ class OwnerCore {
   std::vector<std::pair<uint64_t, uint64_t>> released_;
   uint64_t warmup_bytes_ = 0;     // the grants carved at start (expected capacity), in bytes
   uint64_t populated_bytes_ = 0;  // bytes the ports faulted in so far
+  uint64_t handed_bytes_ = 0;     // bytes of new grants handed to the ports to fault in
 };
 
 }  // namespace fluxon

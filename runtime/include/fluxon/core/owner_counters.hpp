@@ -195,6 +195,7 @@
   X(grants, "grants", "fluxon_owner_grants", "", "Grants serving a slot class") \
   X(warmup_bytes, "warmup_bytes", "fluxon_owner_warmup_bytes", "", "Bytes of the expected-capacity grants carved at start (0: dynamic mode)") \
   X(warmed_bytes, "warmed_bytes", "fluxon_owner_warmed_bytes", "", "Of warmup_bytes, faulted in so far: the owner is ready when they are equal") \
+  X(populate_backlog_bytes, "populate_backlog_bytes", "fluxon_owner_populate_backlog_bytes", "", "Bytes of grants carved and not yet faulted in (the populator's work left)") \
   X(active_put_plans, "owner_active_put_plans", "fluxon_owner_active_put_plans", "", "Put plans not yet committed or aborted") \
   X(active_get_handles, "owner_active_get_handles", "fluxon_owner_active_get_handles", "", "Get handles not yet consumed") \
   X(holders, "holders", "fluxon_owner_holders", "", "Exported holdings") \
