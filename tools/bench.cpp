@@ -290,7 +290,7 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     size_t n = 0;
     for (int b : batches) n += size_t(iters) * size_t(b);
     std::vector<KvFuture> warm;
-    for (size_t done = 0, i = 0; done < n; ++i) {
+    for (size_t done = 0; done < n;) {
       std::vector<std::string> keys;
       for (; keys.size() < 128 && done < n; ++done) keys.push_back("bench:" + run + ":warm:" + std::to_string(done));
       uint64_t plan = BENCH_OK(c.local_fast_put_start(keys, 4096));

@@ -139,6 +139,9 @@ class ActorPorts : public OwnerPorts {
   void flush_soon() override;
 
  private:
+  // Runs `f` now on the actor's thread; on the poller (serving in place) queues it for the actor.
+  template <class F>
+  void in_actor(F&& f);
   Self* self_;
 };
 
@@ -267,6 +270,12 @@ void request_master(Self* self, uint64_t token, Blob blob) {
           });
 }
 
+template <class F>
+void ActorPorts::in_actor(F&& f) {
+  if (self_->state.inline_serving) self_->state.deferred.emplace_back(std::forward<F>(f));
+  else f(self_);
+}
+
 void ActorPorts::reply(uint64_t token, Envelope& env) {
   auto& st = self_->state;
   auto it = st.pending.find(token);
@@ -276,86 +285,69 @@ void ActorPorts::reply(uint64_t token, Envelope& env) {
     st.pending.erase(it);
     return;
   }
-  if (st.inline_serving) {  // a CAF caller's reply (a claim served at last): the actor delivers it
-    auto bytes = std::make_shared<Bytes>(encode(env));
-    st.deferred.push_back([token, bytes](Self* self) {
-      auto env = decode(*bytes);
-      if (env.ok()) self->state.ports->reply(token, **env);
-    });
-    return;
-  }
-  if (auto* hello = env.body.AsHelloReply()) {
-    // The Hello came from the client's session actor: notes for this session go there.
-    auto sender = caf::actor_cast<caf::actor>(it->second.rp.source());
-    if (sender) {
-      st.sessions[hello->session_id] = sender;
-      st.session_of[sender.address()] = hello->session_id;
-      self_->monitor(sender);
+  // A CAF caller's reply (from the poller: a claim it served at last): the actor delivers it.
+  std::optional<uint64_t> hello;
+  if (auto* h = env.body.AsHelloReply()) hello = h->session_id;
+  in_actor([token, hello, bytes = encode(env)](Self* self) mutable {
+    auto& st = self->state;
+    auto it = st.pending.find(token);
+    if (it == st.pending.end()) return;
+    if (hello) {
+      // The Hello came from the client's session actor: notes for this session go there.
+      auto sender = caf::actor_cast<caf::actor>(it->second.rp.source());
+      if (sender) {
+        st.sessions[*hello] = sender;
+        st.session_of[sender.address()] = *hello;
+        self->monitor(sender);
+      }
     }
-  }
-  it->second.rp.deliver(Blob{encode(env)});
-  st.pending.erase(it);
+    it->second.rp.deliver(Blob{std::move(bytes)});
+    st.pending.erase(it);
+  });
 }
 
 void ActorPorts::note(uint64_t session, Envelope& env) {
-  auto& st = self_->state;
-  if (st.inline_serving) {
-    auto bytes = std::make_shared<Bytes>(encode(env));
-    st.deferred.push_back([session, bytes](Self* self) {
-      auto& st = self->state;
-      auto it = st.sessions.find(session);
-      if (it != st.sessions.end()) self->send(it->second, Note{*bytes});
-    });
-    return;
-  }
-  auto it = st.sessions.find(session);
-  if (it != st.sessions.end()) self_->send(it->second, Note{encode(env)});
+  in_actor([session, bytes = encode(env)](Self* self) mutable {
+    auto& st = self->state;
+    auto it = st.sessions.find(session);
+    if (it != st.sessions.end()) self->send(it->second, Note{std::move(bytes)});
+  });
 }
 
 void ActorPorts::to_master(uint64_t token, SharedBytes bytes, Millis delay) {
-  if (self_->state.inline_serving) {
-    self_->state.deferred.push_back([token, bytes, delay](Self* self) { self->state.ports->to_master(token, bytes, delay); });
-    return;
-  }
-  if (delay > 0) self_->delayed_send(self_, std::chrono::milliseconds(delay), delayed_atom::value, token, Blob{*bytes});
-  else request_master(self_, token, Blob{*bytes});
+  in_actor([token, bytes, delay](Self* self) {
+    if (delay > 0) self->delayed_send(self, std::chrono::milliseconds(delay), delayed_atom::value, token, Blob{*bytes});
+    else request_master(self, token, Blob{*bytes});
+  });
 }
 
 void ActorPorts::master_reply_later(uint64_t token, SharedBytes bytes, Millis delay) {
-  if (delay > 0 && self_->state.inline_serving) {
-    self_->state.deferred.push_back(
-        [token, bytes, delay](Self* self) { self->state.ports->master_reply_later(token, bytes, delay); });
-    return;
-  }
-  if (delay > 0) self_->delayed_send(self_, std::chrono::milliseconds(delay), mreply_atom::value, token, Blob{*bytes});
-  else self_->state.driver->on_master_reply(token, *bytes, now_ms());
+  if (delay == 0) return self_->state.driver->on_master_reply(token, *bytes, now_ms());
+  in_actor([token, bytes, delay](Self* self) {
+    self->delayed_send(self, std::chrono::milliseconds(delay), mreply_atom::value, token, Blob{*bytes});
+  });
 }
 
 void ActorPorts::fetch(TransferBatch batch, bool fail, Millis) {
   const uint64_t id = batch.id;
   if (self_->state.fetcher->push(Fetch{std::move(batch), fail})) return;
   // The queue is at its bound: this batch fails now (its keys are misses, nothing waits forever).
-  auto fail_now = [id](Self* self) {
+  in_actor([id](Self* self) {
     self->send(self, fetched_atom::value, id, uint8_t(Code::kTimeout),
                std::string("fetch queue full (") + std::to_string(kFetchQueue) + " batches)");
-  };
-  if (self_->state.inline_serving) self_->state.deferred.push_back(fail_now);
-  else fail_now(self_);
+  });
 }
 
 void ActorPorts::populate(uint64_t offset, uint64_t len) {
   // Full: the first use faults the pages in; counted as done (nothing is left to wait for).
   if (self_->state.populator->push({offset, len})) return;
-  auto done = [len](Self* self) { self->send(self, populated_atom::value, len); };
-  if (self_->state.inline_serving) self_->state.deferred.push_back(done);
-  else done(self_);
+  in_actor([len](Self* self) { self->send(self, populated_atom::value, len); });
 }
 
 void ActorPorts::release(uint64_t offset, uint64_t len) { self_->state.segment->release(offset, len); }
 
 void ActorPorts::flush_soon() {
-  if (self_->state.inline_serving) self_->state.deferred.push_back([](Self* self) { self->send(self, flush_atom::value); });
-  else self_->send(self_, flush_atom::value);
+  in_actor([](Self* self) { self->send(self, flush_atom::value); });
 }
 
 void master_up(Self* self, caf::actor m, bool reconnected) {

@@ -722,11 +722,22 @@ def compare(a) -> int:
 
 def owner_page(port: int, timeout: float = 10.0) -> str:
     """An owner's /metrics page refreshed after this call began (it counts each refresh last)."""
+    import urllib.error
     import urllib.request
 
+    end = time.time() + timeout
+
     def get():
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            return r.read().decode()
+        # A scrape the owner's HTTP server drops (a reset on a loaded host) is tried again until the
+        # deadline; an owner that is gone fails every try and raises the last error.
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    return r.read().decode()
+            except (ConnectionError, urllib.error.URLError):
+                if time.time() >= end:
+                    raise
+                time.sleep(0.05)
 
     def refreshes(page):
         for line in page.splitlines():
@@ -734,7 +745,6 @@ def owner_page(port: int, timeout: float = 10.0) -> str:
                 return float(line.split()[-1])
         return 0.0
     seen = refreshes(get())
-    end = time.time() + timeout
     page = ""
     while time.time() < end:
         time.sleep(0.05)

@@ -241,7 +241,7 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
 
 void PutPath::publish(uint64_t put_id, Millis now, Outbox& out) {
   if (flights_.size() < kWindow && ready_.empty()) {
-    send_together({put_id}, now, out);
+    send({put_id}, true, now, out);
     return;
   }
   // Earlier publications are on their way: this one goes with the next answer (or its timer).
@@ -263,7 +263,7 @@ void PutPath::flush_ready(Millis now, Outbox& out) {
       keys += j->second.keys.size();
       ids.push_back(ready_[from]);
     }
-    if (!ids.empty()) send_together(ids, now, out);
+    if (!ids.empty()) send(ids, true, now, out);
   }
   ready_.erase(ready_.begin(), ready_.begin() + long(from));
 }
@@ -295,7 +295,7 @@ std::unique_ptr<wire::PutDoneT> PutPath::put_done_of(uint64_t put_id, const Publ
   return pd;
 }
 
-void PutPath::send_together(const std::vector<uint64_t>& ids, Millis now, Outbox& out) {
+void PutPath::send(const std::vector<uint64_t>& ids, bool first, Millis now, Outbox& out) {
   // Earlier attempts stay answerable: any reply for this identity settles the job (T1).
   const uint64_t tok = s_.new_token(JobKind::kPublish);
   std::unique_ptr<wire::PutDoneT> pd;
@@ -307,15 +307,8 @@ void PutPath::send_together(const std::vector<uint64_t>& ids, Millis now, Outbox
     publish_.schedule(id, now + s_.cfg.publish_retry_ms);
   }
   if (ids.size() > 1) s_.counters.publish_messages_shared_total++;
-  flights_.emplace(tok, now);
+  if (first) flights_.emplace(tok, now);
   s_.to_master(tok, make_envelope(std::move(*pd)), out);
-}
-
-void PutPath::send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out) {
-  const uint64_t tok = s_.new_token(JobKind::kPublish);
-  publish_.attempt(put_id, tok);
-  publish_.schedule(put_id, now + s_.cfg.publish_retry_ms);
-  s_.to_master(tok, make_envelope(std::move(*put_done_of(put_id, job))), out);
 }
 
 void PutPath::drop_plan(uint64_t put_id) {
@@ -366,22 +359,19 @@ std::optional<Removal> PutPath::supersede(const std::string& key, const Entry& o
 std::vector<PutPath::Settled> PutPath::on_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
   std::vector<Settled> all;
   const bool first = flights_.erase(token) != 0;
-  if (publish_.id_of(token)) {
-    if (auto* pr = reply.body.AsPutDoneReply()) {
-      Settled one;
-      if (settle(token, *pr, one, out)) all.push_back(std::move(one));
-      for (const auto& more : pr->more) {
-        Settled m;
-        if (more && settle(token, *more, m, out)) all.push_back(std::move(m));
-      }
+  if (auto* pr = reply.body.AsPutDoneReply()) {
+    Settled one;
+    if (settle(token, pr, one, out)) all.push_back(std::move(one));
+    for (const auto& more : pr->more) {
+      Settled m;
+      if (more && settle(token, more.get(), m, out)) all.push_back(std::move(m));
     }
   }
   if (first) flush_ready(now, out);
   return all;
 }
 
-bool PutPath::settle(uint64_t token, const wire::PutDoneReplyT& reply, Settled& settled, Outbox& out) {
-  const wire::PutDoneReplyT* pr = &reply;
+bool PutPath::settle(uint64_t token, const wire::PutDoneReplyT* pr, Settled& settled, Outbox& out) {
   const uint64_t id = pr->put_id;
   auto j = publish_.find(id);
   // Identity mismatch (not a job this message carried, or malformed): keep the job, the retry
@@ -490,27 +480,23 @@ void PutPath::resync(Millis now, Outbox& out) {
     if (publish_.count(put_id)) continue;
     job.superseded.assign(job.keys.size(), false);
     s_.counters.resync_routes_total += job.keys.size();
-    auto [it, _] = publish_.emplace(put_id, std::move(job));
-    send(put_id, it->second, now, out);
+    publish_.emplace(put_id, std::move(job));
+    send({put_id}, false, now, out);
   }
   ready_.clear();  // every job goes now
   for (auto& [put_id, job] : publish_)
-    if (!job.resync) send(put_id, job, now, out);
+    if (!job.resync) send({put_id}, false, now, out);
 }
 
 void PutPath::retry_due(Millis now, Outbox& out) {
   // A message unanswered for a retry period no longer holds the window (its jobs re-send on their
   // own timers; a reply still settles them).
   std::erase_if(flights_, [&](const auto& f) { return now - f.second >= Millis(s_.cfg.publish_retry_ms); });
-  const auto due = publish_.due(now);
-  std::unordered_set<uint64_t> waited;  // due while still waiting for the window: a first send
-  if (!due.empty() && !ready_.empty()) {
-    const std::unordered_set<uint64_t> going(due.begin(), due.end());
-    std::erase_if(ready_, [&](uint64_t id) { return going.count(id) != 0 && waited.insert(id).second; });
-  }
-  for (uint64_t put_id : due) {
-    if (!waited.count(put_id)) s_.counters.publish_retry_total++;
-    send(put_id, publish_.at(put_id), now, out);
+  for (uint64_t put_id : publish_.due(now)) {
+    // Still waiting for the window when its timer came: its first send, not a retry.
+    if (auto w = std::find(ready_.begin(), ready_.end(), put_id); w != ready_.end()) ready_.erase(w);
+    else s_.counters.publish_retry_total++;
+    send({put_id}, false, now, out);
   }
   flush_ready(now, out);
 }

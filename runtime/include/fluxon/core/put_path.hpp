@@ -134,13 +134,13 @@ class PutPath {
   // Returns true when the request was answered (success or error), false when it must wait.
   bool try_start(uint64_t token, uint64_t session, wire::PutStartReqT& req, Outbox& out,
                  const std::function<bool(const std::string&)>& fetching, std::optional<RoomNeeded>& need);
-  void send(uint64_t put_id, PublishJob& job, Millis now, Outbox& out);
-  // The jobs' PutDone in one message (the first, `more` the rest), one token for all.
-  void send_together(const std::vector<uint64_t>& ids, Millis now, Outbox& out);
+  // The jobs' PutDone in one message (the first, `more` the rest), one token for all; `first`: a
+  // first publication, which holds the window until answered (re-sends do not).
+  void send(const std::vector<uint64_t>& ids, bool first, Millis now, Outbox& out);
   std::unique_ptr<wire::PutDoneT> put_done_of(uint64_t put_id, const PublishJob& job) const;
   void flush_ready(Millis now, Outbox& out);
   // One job's answer; false when it settles nothing (unknown, another message's, malformed).
-  bool settle(uint64_t token, const wire::PutDoneReplyT& pr, Settled& settled, Outbox& out);
+  bool settle(uint64_t token, const wire::PutDoneReplyT* pr, Settled& settled, Outbox& out);
   void settle_resync(uint64_t put_id, PublishJob& job, const wire::PutDoneReplyT& reply, Settled& settled);
   void drop_plan(uint64_t put_id);
   // kv_score_pressure_budget: the plan's replica candidates cut to the budget (ReplicaBudget).
