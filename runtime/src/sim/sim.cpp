@@ -186,8 +186,12 @@ uint64_t Cluster::send(int owner, uint64_t session, Envelope req) {
 }
 
 Envelope Cluster::wait(uint64_t token, Millis limit) {
-  if (!run_until([&] { return replies_.count(token) > 0; }, limit))
-    return error_envelope(Status(Code::kTimeout, "sim: no reply within limit"));
+  auto rep = try_wait(token, limit);
+  return rep ? std::move(*rep) : error_envelope(Status(Code::kTimeout, "sim: no reply within limit"));
+}
+
+std::optional<Envelope> Cluster::try_wait(uint64_t token, Millis limit) {
+  if (!run_until([&] { return replies_.count(token) > 0; }, limit)) return std::nullopt;
   Envelope rep = std::move(replies_.at(token));
   replies_.erase(token);
   return rep;

@@ -1,5 +1,7 @@
 // fluxon::KvClient — the hostless API of SPEC.md §2 (the Python module mirrors it one to one).
-// Thread-safe: calls may come from several threads; no lock is held across an owner round trip.
+// The shell around ClientDriver: the real ports (the owner link, the segment's mapping, the clock)
+// and the acknowledgement flusher's thread. Thread-safe: calls may come from several threads; no
+// lock is held across an owner round trip.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -10,37 +12,13 @@
 #include <vector>
 
 #include "fluxon/client/client_core.hpp"
+#include "fluxon/client/client_driver.hpp"
 #include "fluxon/runtime/batch.hpp"
 #include "fluxon/runtime/config.hpp"
 #include "fluxon/runtime/owner_link.hpp"
 #include "fluxon/runtime/status.hpp"
 
 namespace fluxon {
-
-struct SegmentInfo {
-  std::string segment_label;  // cpu:0 (embedded) or external_owner:0
-  uint64_t write_ptr = 0;
-  uint64_t read_ptr = 0;
-  uint64_t len = 0;
-  uint64_t generation = 0;
-  uint32_t node_id = 0;
-};
-
-// Completes when the routes of a committed put batch are live at the master (V3).
-class KvFuture {
- public:
-  struct State;
-  explicit KvFuture(std::shared_ptr<State> s) : s_(std::move(s)) {}
-  bool done() const;
-  // false on timeout; a negative timeout waits forever.
-  bool wait(double timeout_s = -1) const;
-  // Ok when the routes are live; the failure otherwise; Timeout when not done in time.
-  Status result(double timeout_s = -1) const;
-  uint64_t put_id() const;
-
- private:
-  std::shared_ptr<State> s_;
-};
 
 class KvClient {
  public:

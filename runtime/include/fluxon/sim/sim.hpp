@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 #include <vector>
@@ -59,6 +60,9 @@ class Cluster {
   // A request whose reply is collected later: requests that overlap in time.
   uint64_t send(int owner, uint64_t session, Envelope req);
   Envelope wait(uint64_t token, Millis limit = 120000);
+  // The reply to `token` if it arrives within `limit` simulated ms (nothing otherwise: it may
+  // still come, and is kept until collected).
+  std::optional<Envelope> try_wait(uint64_t token, Millis limit);
   // PutLive notes delivered to owner's session so far (session ids are per owner).
   std::vector<wire::PutLiveT> take_put_live(int owner, uint64_t session);
 
