@@ -92,3 +92,43 @@ TEST_CASE("remove_prefix: every value under the prefix leaves, route first, othe
   auto e = c.call(0, s0, make_envelope(wire::RemovePrefixReqT{{}, ""}));
   CHECK(envelope_status(e).code() == Code::kInvalidArgument);
 }
+
+TEST_CASE("remove_prefix and rewrites: routes leave in RemoveRoutes jobs of many (2000 routes: 2 jobs; a batch's 50 replaced versions: 1), within the remove_jobs bound") {
+  OwnerConfig cfg = small_owner();  // 2048 slots of 4 KiB
+  cfg.limits.remove_jobs = 4;
+  sim::Cluster c(seed_from_env(705), cfg, 2);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  std::vector<std::string> keys;
+  for (int b = 0; b < 20; ++b) {
+    std::vector<std::string> batch;
+    for (int i = 0; i < 100; ++i) batch.push_back("p:" + std::to_string(b * 100 + i));
+    put_live_routes(c, 0, s, batch);
+    keys.insert(keys.end(), batch.begin(), batch.end());
+  }
+  REQUIRE(c.master().route_count() == 2000);
+  c.to_master.drop = 1.0;  // the answers never come: the jobs stay in flight to be counted
+  auto r = c.call(0, s, make_envelope(wire::RemovePrefixReqT{{}, "p:"}));
+  REQUIRE(r.body.AsRemovePrefixReply());
+  CHECK(r.body.AsRemovePrefixReply()->removed == 2000);
+  CHECK(c.owner(0).removals_in_flight() == 2);  // one message per key: 2000 jobs past the bound of 4
+  c.to_master.drop = 0;
+  REQUIRE(c.run_until([&] { return c.master().route_count() == 0 && c.owner(0).removals_in_flight() == 0; }, 60000));
+  CHECK(c.owner(0).local_state("p:0") == 0);
+
+  // A batch rewriting 50 live keys: their replaced versions leave together.
+  std::vector<std::string> again(keys.begin(), keys.begin() + 50);
+  put_live_routes(c, 0, s, again);
+  c.to_master.drop = 1.0;
+  wire::PutStartReqT p;
+  p.keys = again;
+  p.value_len = 4096;
+  p.reject_if_exist_same_key = false;
+  auto ps = c.call(0, s, make_envelope(std::move(p)));
+  REQUIRE(ps.body.AsPutStartReply());
+  REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps.body.AsPutStartReply()->put_id})).body.AsPutCommitReply());
+  CHECK(c.owner(0).removals_in_flight() == 1);
+  c.to_master.drop = 0;
+  REQUIRE(c.run_until([&] { return c.owner(0).removals_in_flight() == 0 && c.owner(0).local_state("p:49") == 2; }, 60000));
+  CHECK(c.master().route_count() == 50);
+}

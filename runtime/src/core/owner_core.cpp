@@ -152,8 +152,17 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
   std::vector<std::string> keys;
   for (const auto& [k, e] : s_.local.entries())
     if (k.size() >= req.prefix.size() && k.compare(0, req.prefix.size(), req.prefix) == 0) keys.push_back(k);
-  // Route first, then the slot once its last holder is gone (S2): the path of every removal.
-  for (const auto& k : keys) remove_key(k, now, out);
+  // Route first, then the slot once its last holder is gone (S2): the path of every removal. The
+  // routes leave in RemoveRoutes jobs of kRemoveBatch (one message each, not one per key).
+  Removals batch;
+  for (const auto& k : keys) {
+    auto it = s_.local.find(k);
+    const Entry e = it->second;
+    s_.local.erase(it);
+    if (auto r = put_.supersede(k, e)) batch.push_back(std::move(*r));
+    if (batch.size() == kRemoveBatch) removal_.queue(std::exchange(batch, {}), now, out);
+  }
+  if (!batch.empty()) removal_.queue(std::move(batch), now, out);
   s_.counters.removed_by_prefix_total += keys.size();
   wire::RemovePrefixReplyT r;
   r.removed = keys.size();

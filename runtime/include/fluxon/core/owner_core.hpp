@@ -89,10 +89,12 @@ class OwnerCore {
   bool remote_complete(const std::string& key) const;
   // Drop the route and local entry of key: route first, then S2.
   void remove_key(const std::string& key, Millis now, Outbox& out);
+  static constexpr size_t kRemoveBatch = 1024;  // routes per RemoveRoutes job of remove_prefix
   // Owner-hot write-back jobs not finished yet (a gauge), and the hot tier's bytes.
   size_t writebacks_pending() const { return writeback_.pending(); }
   uint64_t eviction_debt_bytes() const { return reclaim_.debt_bytes(); }
   size_t reclaims_in_flight() const { return reclaim_.size(); }
+  size_t removals_in_flight() const { return removal_.size(); }  // RemoveRoutes jobs unanswered
   uint64_t hot_bytes() const { return s_.local.hot() ? s_.local.hot()->weighted_size() : 0; }
   bool in_hot_tier(const std::string& key) const { return s_.local.hot() && s_.local.hot()->contains(key); }
   // The page before key in its prefix chain here ("": none known).

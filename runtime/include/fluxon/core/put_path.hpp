@@ -60,7 +60,7 @@ class PutPath {
   double replica_pressure() const { return budget_.pressure(); }
 
   // put_commit: the plan's slots are local-read-ready (V1) and its entries in the index. Returns
-  // the routes of the entries it replaced that must go (one job each); publish() then sends the
+  // the routes of the entries it replaced that must go (one job for the batch); publish() then sends the
   // batch's PutDone. 0 when the plan is unknown (answered with the error).
   struct Committed {
     uint64_t put_id = 0;
