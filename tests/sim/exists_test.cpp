@@ -93,7 +93,7 @@ TEST_CASE("remove_prefix: every value under the prefix leaves, route first, othe
   CHECK(envelope_status(e).code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("remove_prefix and rewrites: routes leave in RemoveRoutes jobs of many (2000 routes: 2 jobs; a batch's 50 replaced versions: 1), within the remove_jobs bound") {
+TEST_CASE("remove_prefix and rewrites: routes leave in RemoveRoutes jobs of many (2000 routes: 2 jobs, a batch's 50 replaced versions: 1), within the remove_jobs bound") {
   OwnerConfig cfg = small_owner();  // 2048 slots of 4 KiB
   cfg.limits.remove_jobs = 4;
   sim::Cluster c(seed_from_env(705), cfg, 2);

@@ -108,12 +108,12 @@ MasterCore::TombKey MasterCore::tomb_key(std::string_view key, uint32_t node) {
 
 void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation) {
   const TombKey tk = tomb_key(key, node);
-  auto [t, fresh] = tombstones_.try_emplace(tk, Removed{ver, generation, now_ + kTombstoneMs});
-  // A newer tombstone of the same writer stays: it covers this version too.
-  const bool older = !fresh && t->generation == generation && t->ver.origin_node == ver.origin_node &&
+  // A newer tombstone of the same writer stays (it covers this version too), with a new expiry.
+  const Removed* t = tombstones_.find(tk);
+  const bool older = t && t->generation == generation && t->ver.origin_node == ver.origin_node &&
                      t->ver.origin_generation == ver.origin_generation && ver.put_id < t->ver.put_id;
-  if (!older) *t = Removed{ver, generation, now_ + kTombstoneMs};
-  tombstone_order_.emplace_back(now_ + kTombstoneMs, tk);
+  if (older) tombstones_.renew(tk, now_ + kTombstoneMs);
+  else tombstones_.set(tk, Removed{ver, generation}, now_ + kTombstoneMs);
 }
 
 bool MasterCore::Removed::covers(uint64_t gen, const Version& v) const {
@@ -167,14 +167,14 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
       it = next;
     }
     // The new generation numbers its gets from the start again.
-    std::erase_if(ended_gets_, [node_id](const auto& e) { return e.first.second == node_id; });
+    ended_gets_.erase_if([node_id](const GetKey& k, uint64_t) { return k.second == node_id; });
     // Its reclaims died with its memory (their replicas went above): their fences go too.
     std::vector<uint64_t> epochs;
     for (const auto& [id, txn] : reclaims_)
       if (id.first == node_id) epochs.push_back(id.second);
     for (uint64_t e : epochs) end_reclaim(node_id, e, wire::ReclaimResult::Aborted);
     // The new generation numbers its epochs from the start again.
-    std::erase_if(ended_reclaims_, [node_id](const auto& e) { return e.first.first == node_id; });
+    ended_reclaims_.erase_if([node_id](const ReclaimId& id, const EndedReclaim&) { return id.first == node_id; });
   }
   o.generation = generation;
   counters_.owners_registered_total++;
@@ -184,27 +184,10 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
 void MasterCore::tick(Millis now) {
   now_ = now;
   if (!tiers_.empty()) tiers_tick(now);
-  while (!ended_order_.empty() && ended_order_.front().first <= now) {
-    auto e = ended_gets_.find(ended_order_.front().second);
-    if (e != ended_gets_.end() && e->second.expires == ended_order_.front().first) ended_gets_.erase(e);
-    ended_order_.pop_front();
-  }
-  while (!tombstone_order_.empty() && tombstone_order_.front().first <= now) {
-    const Removed* t = tombstones_.find(tombstone_order_.front().second);
-    // Only the tombstone this entry was queued for: a newer one of the key keeps its own expiry.
-    if (t && t->expires == tombstone_order_.front().first) tombstones_.erase(tombstone_order_.front().second);
-    tombstone_order_.pop_front();
-  }
-  while (!ended_reclaim_order_.empty() && ended_reclaim_order_.front().first <= now) {
-    auto e = ended_reclaims_.find(ended_reclaim_order_.front().second);
-    if (e != ended_reclaims_.end() && e->second.expires <= now) ended_reclaims_.erase(e);
-    ended_reclaim_order_.pop_front();
-  }
-  while (!writeback_order_.empty() && writeback_order_.front().first <= now) {
-    auto t = writeback_tasks_.find(writeback_order_.front().second);
-    if (t != writeback_tasks_.end() && t->second.second <= now) writeback_tasks_.erase(t);
-    writeback_order_.pop_front();
-  }
+  ended_gets_.expire(now);
+  tombstones_.expire(now);
+  ended_reclaims_.expire(now);
+  writeback_tasks_.expire(now);
   for (auto it = gets_.begin(); it != gets_.end();) {
     auto next = std::next(it);
     if (now >= it->second.deadline) {
@@ -242,7 +225,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
   bool duplicate = false;
   prepare_probes(pd.items.size(), [&](size_t i) -> std::string_view { return pd.items[i]->key; });
   if (!tombstones_.empty())  // a new key looks for its tombstone
-    for (const auto& item : pd.items) tombstones_.prefetch(tomb_key(item->key, pd.node_id));
+    for (const auto& item : pd.items) tombstones_.map().prefetch(tomb_key(item->key, pd.node_id));
   for (size_t i = 0; i < pd.items.size(); ++i) {
     const auto& item = pd.items[i];
     if (pd.generation < o.generation) {
@@ -324,7 +307,10 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       if (!target_besides(pd.node_id)) {
         counters_.replica_tasks_no_target_total++;  // strict roles: no fallback to other owners
       } else {
-        if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
+        if (replica_queue_.size() >= kReplicaQueueMax) {  // the bound: the oldest task goes, counted
+          replica_queue_.pop_front();
+          counters_.dropped_replica_tasks_total++;
+        }
         replica_queue_.push_back(ReplicaTask{item->key, v, pd.node_id, item->parent, item->depth});
         counters_.replica_tasks_total++;
       }
@@ -337,7 +323,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
 Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
   wire::RemoveRoutesReplyT rep;
   prepare_probes(rr.items.size(), [&](size_t i) -> std::string_view { return rr.items[i]->key; });
-  for (const auto& item : rr.items) tombstones_.prefetch(tomb_key(item->key, item->node_id));  // removed: entombed
+  for (const auto& item : rr.items) tombstones_.map().prefetch(tomb_key(item->key, item->node_id));  // removed: entombed
   for (size_t i = 0; i < rr.items.size(); ++i) {
     const auto& item = rr.items[i];
     const Version v = item_version(item->origin_node, item->origin_generation, item->put_id, item->node_id,
@@ -439,7 +425,7 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   }
   if (req.body.AsMasterStatsReq()) {
     wire::MasterStatsReplyT rep;
-    rep.values = stat_values(stats(), counters_);
+    rep.values = stat_values(stats(), counters());
     return make_envelope(std::move(rep));
   }
   if (auto* w = req.body.AsWriteBack()) return with_victims(w->node_id, write_back(*w, now_));

@@ -21,10 +21,8 @@ void MasterCore::end_get(std::map<GetKey, GetFlight>::iterator it) {
 }
 
 void MasterCore::note_ended(const GetKey& gk, uint64_t get_id) {
-  EndedGet& e = ended_gets_[gk];
-  e.get_id = std::max(e.get_id, get_id);
-  e.expires = now_ + get_ttl_ms_;
-  ended_order_.emplace_back(e.expires, gk);
+  const uint64_t* had = ended_gets_.find(gk);
+  ended_gets_.set(gk, had ? std::max(*had, get_id) : get_id, now_ + get_ttl_ms_);
 }
 
 Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
@@ -68,7 +66,7 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
         counters_.get_miss_total++;
         return;
       }
-      if (auto e = ended_gets_.find(gk); e != ended_gets_.end() && item->get_id <= e->second.get_id) {
+      if (const uint64_t* ended = ended_gets_.find(gk); ended && item->get_id <= *ended) {
         s->status = wire::GetStartStatus::Miss;  // T1: a late duplicate of a get that ended
         counters_.get_start_stale_total++;
         return;

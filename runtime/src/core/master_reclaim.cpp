@@ -107,10 +107,10 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     counters_.reclaim_in_progress_total++;
     return answer(req.epoch, wire::ReclaimResult::AlreadyInProgress);
   }
-  if (auto e = ended_reclaims_.find({node, req.epoch}); e != ended_reclaims_.end()) {
+  if (const EndedReclaim* e = ended_reclaims_.find({node, req.epoch})) {
     // A duplicate of an attempt that ended: the answer it ended with, and nothing installed.
     counters_.reclaim_replays_total++;
-    return answer(req.epoch, e->second.result, e->second.busy);
+    return answer(req.epoch, e->result, e->busy);
   }
   size_t present = 0, absent = 0;
   for (const auto& m : req.members) {
@@ -284,8 +284,7 @@ bool MasterCore::duplicate_victim_now_last(uint32_t node, const wire::ReclaimT& 
 }
 
 void MasterCore::note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how, wire::ReclaimBusy why) {
-  ended_reclaims_[{node, epoch}] = EndedReclaim{now_ + get_ttl_ms_, how, why};
-  ended_reclaim_order_.emplace_back(now_ + get_ttl_ms_, std::make_pair(node, epoch));
+  ended_reclaims_.set({node, epoch}, EndedReclaim{how, why}, now_ + get_ttl_ms_);
 }
 
 }  // namespace fluxon

@@ -246,17 +246,19 @@ void MasterCore::tiers_tick(Millis now) {
 }
 
 bool MasterCore::writeback_pending(const std::string& key, const Version& v, Millis now) const {
-  auto t = writeback_tasks_.find(key);
-  return t != writeback_tasks_.end() && t->second.first == v && now < t->second.second;
+  const auto* t = writeback_tasks_.slot(key);
+  return t && t->value == v && now < t->expires;
 }
 
 void MasterCore::queue_writeback(const std::string& key, const Version& v, uint32_t source, const std::string& parent,
                                  int32_t depth, Millis now, bool declinable) {
   if (writeback_pending(key, v, now)) return;  // queued once per version until the task had time to finish
-  if (replica_queue_.size() >= kReplicaQueueMax) replica_queue_.pop_front();
+  if (replica_queue_.size() >= kReplicaQueueMax) {  // the bound: the oldest task goes, counted
+    replica_queue_.pop_front();
+    counters_.dropped_replica_tasks_total++;
+  }
   replica_queue_.push_back(ReplicaTask{key, v, source, parent, depth, declinable});
-  writeback_tasks_[key] = {v, now + kWriteBackTaskMs};
-  writeback_order_.emplace_back(now + kWriteBackTaskMs, key);
+  writeback_tasks_.set(key, v, now + kWriteBackTaskMs);
   counters_.writeback_tasks_total++;
   counters_.replica_tasks_total++;
 }

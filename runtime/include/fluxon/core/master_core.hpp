@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fluxon/core/route_table.hpp"
+#include "fluxon/runtime/expiring_map.hpp"
 #include "fluxon/runtime/flat_map.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
@@ -85,7 +86,14 @@ class MasterCore {
   }
   // Replica tasks handed to each target node so far (P2: replica target counts).
   const std::map<uint32_t, uint64_t>& replica_targets() const { return replica_targets_; }
-  const MasterCounters& counters() const { return counters_; }
+  const MasterCounters& counters() const {
+    // The expiring maps count their own drops.
+    counters_.dropped_ended_gets_total = ended_gets_.dropped();
+    counters_.dropped_tombstones_total = tombstones_.dropped();
+    counters_.dropped_ended_reclaims_total = ended_reclaims_.dropped();
+    counters_.dropped_writeback_tasks_total = writeback_tasks_.dropped();
+    return counters_;
+  }
   // The route's put_id, or 0 when there is none (tests).
   uint64_t route_put_id(const std::string& key) const;
   // Nodes holding a replica of key (tests).
@@ -122,8 +130,7 @@ class MasterCore {
   };
   struct Removed {               // a node's removed replica of a key (a late duplicate stays dead)
     Version ver;
-    uint64_t generation;
-    Millis expires = 0;
+    uint64_t generation = 0;
     // A PutDone of (gen, v) is one of the removed copy's late duplicates (or older).
     bool covers(uint64_t gen, const Version& v) const;
   };
@@ -185,13 +192,10 @@ class MasterCore {
   // for an id at or below the last ended one of its (key, requester) is a late duplicate, answered
   // Miss, and nothing starts (or its fence would be held until the TTL by a get its owner forgot).
   // Kept for the get TTL; a new generation clears its own.
-  struct EndedGet {
-    uint64_t get_id = 0;
-    Millis expires = 0;
-  };
   void note_ended(const GetKey& gk, uint64_t get_id);
-  std::map<GetKey, EndedGet> ended_gets_;
-  std::deque<std::pair<Millis, GetKey>> ended_order_;
+  // (key, requester) -> the highest get id ended, for the get TTL. Bound: kEndedGets (counted).
+  static constexpr size_t kEndedGets = size_t(1) << 20;
+  ExpiringMap<GetKey, uint64_t, std::map<GetKey, ExpiringSlot<uint64_t>>> ended_gets_{kEndedGets};
   bool fenced(const std::string& key, uint32_t node_id) const;
   // A route item's version: its origin's, or (origin_node 0) the publisher's own put.
   static Version item_version(uint32_t origin_node, uint64_t origin_generation, uint64_t origin_put_id, uint32_t node,
@@ -252,8 +256,10 @@ class MasterCore {
   bool targets_decline(int32_t depth) const;
   // Write-back tasks queued, per key: a re-sent WriteBack queues none again until the task had time
   // to finish (kWriteBackTaskMs); then a lost task (its fetch failed) is queued anew.
-  std::unordered_map<std::string, std::pair<Version, Millis>> writeback_tasks_;
-  std::deque<std::pair<Millis, std::string>> writeback_order_;  // (expiry, key), oldest first
+  // key -> the version a write-back task was queued for, until kWriteBackTaskMs. Bound: kWriteBackTasks.
+  static constexpr size_t kWriteBackTasks = size_t(1) << 20;
+  ExpiringMap<std::string, Version, std::unordered_map<std::string, ExpiringSlot<Version>>> writeback_tasks_{
+      kWriteBackTasks};
   static constexpr size_t kReplicaQueueMax = 1 << 20;
   RouteTable<Route> routes_;
   // A batch's keys prepared for lookup (their misses overlap): probes_[i] is the i-th key's.
@@ -278,8 +284,9 @@ class MasterCore {
     size_t operator()(const TombKey& k) const noexcept { return k.a ^ (uint64_t(k.node) * 0x9e3779b97f4a7c15ull); }
   };
   static TombKey tomb_key(std::string_view key, uint32_t node);
-  FlatMap<TombKey, Removed, TombHash> tombstones_;
-  std::deque<std::pair<Millis, TombKey>> tombstone_order_;  // (expiry, (key, node))
+  // Bound: kTombstones (counted: a tombstone dropped early lets a late duplicate of its copy in).
+  static constexpr size_t kTombstones = size_t(1) << 22;
+  ExpiringMap<TombKey, Removed, FlatMap<TombKey, ExpiringSlot<Removed>, TombHash>> tombstones_{kTombstones};
   void entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation);
   bool entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const;
   static constexpr Millis kTombstoneMs = 10 * 60 * 1000;
@@ -312,15 +319,16 @@ class MasterCore {
   // get TTL: a late duplicate of an ended epoch's Fence gets that answer again — never a fence that
   // nobody will lift (its owner moved on to another epoch).
   struct EndedReclaim {
-    Millis expires = 0;
     wire::ReclaimResult result = wire::ReclaimResult::Completed;
     wire::ReclaimBusy busy = wire::ReclaimBusy::None;
   };
-  std::map<std::pair<uint32_t, uint64_t>, EndedReclaim> ended_reclaims_;
-  std::deque<std::pair<Millis, std::pair<uint32_t, uint64_t>>> ended_reclaim_order_;
+  // (node, epoch) -> how a reclaim ended, for the get TTL. Bound: kEndedReclaims (counted).
+  static constexpr size_t kEndedReclaims = size_t(1) << 16;
+  using ReclaimId = std::pair<uint32_t, uint64_t>;
+  ExpiringMap<ReclaimId, EndedReclaim, std::map<ReclaimId, ExpiringSlot<EndedReclaim>>> ended_reclaims_{kEndedReclaims};
   void note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how,
                           wire::ReclaimBusy why = wire::ReclaimBusy::None);
-  MasterCounters counters_;
+  mutable MasterCounters counters_;  // mutable: counters() reads the maps' drop counts in
 };
 
 }  // namespace fluxon

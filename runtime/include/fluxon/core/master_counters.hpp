@@ -93,6 +93,13 @@
   X(tier2_duplicate_kept_total, "fluxon_master_tier2_duplicate_kept_total", "", "Reclaims of a target-role node's T2 victims chosen as duplicates, refused (Kept) because the other copy went meanwhile") \
   X(owners_registered_total, "fluxon_master_owners_registered_total", "", "Owner registrations (restarts and reconnects included)") \
   X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
+  /* Entries a bounded container dropped at its bound (the oldest first): each bound is stated where */ \
+  /* its container is declared (master_core.hpp). */ \
+  X(dropped_replica_tasks_total, "fluxon_master_bound_drops_total", "container=replica_queue", "Entries dropped at a container's bound, oldest first") \
+  X(dropped_ended_gets_total, "fluxon_master_bound_drops_total", "container=ended_gets", "Entries dropped at a container's bound, oldest first") \
+  X(dropped_tombstones_total, "fluxon_master_bound_drops_total", "container=tombstones", "Entries dropped at a container's bound, oldest first") \
+  X(dropped_ended_reclaims_total, "fluxon_master_bound_drops_total", "container=ended_reclaims", "Entries dropped at a container's bound, oldest first") \
+  X(dropped_writeback_tasks_total, "fluxon_master_bound_drops_total", "container=writeback_tasks", "Entries dropped at a container's bound, oldest first") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
 
 // The master's gauges: (field, stats name, Prometheus family, label, help).
