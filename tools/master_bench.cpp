@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 
 using namespace fluxon;
 

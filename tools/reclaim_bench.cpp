@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "fluxon/core/master_core.hpp"
-#include "fluxon/core/owner_core.hpp"
+#include "fluxon/master/master_core.hpp"
+#include "fluxon/owner/owner_core.hpp"
 
 using namespace fluxon;
 

@@ -5,7 +5,7 @@
 #include "caf_types.hpp"
 #include "daemon_util.hpp"
 #include "fluxon/actors/runtime.hpp"
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 #include "fluxon/runtime/metrics.hpp"
 
 namespace fluxon::actors {

@@ -11,7 +11,7 @@
 #include "caf_types.hpp"
 #include "daemon_util.hpp"
 #include "fluxon/actors/runtime.hpp"
-#include "fluxon/core/owner_core.hpp"
+#include "fluxon/owner/owner_core.hpp"
 #include "fluxon/driver/owner_driver.hpp"
 #include "fluxon/runtime/channel.hpp"
 #include "fluxon/runtime/metrics.hpp"

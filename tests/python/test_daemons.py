@@ -189,16 +189,16 @@ def check_metrics(cluster):
     c.local_fast_put_commit(c.local_fast_put_start(["gone:x"], 4096)).result(10)
     assert c.remove_prefix("gone:") == 1
     owner = scrape(cluster.owner_metrics[0])
-    # Every counter of the one declaration is exported (runtime/include/fluxon/core/owner_counters.hpp).
+    # Every counter of the one declaration is exported (runtime/include/fluxon/owner/owner_counters.hpp).
     import re
-    table = (ROOT / "runtime/include/fluxon/core/owner_counters.hpp").read_text()
+    table = (ROOT / "runtime/include/fluxon/owner/owner_counters.hpp").read_text()
     families = set(re.findall(r'X\(\w+, "(fluxon_owner_\w+)"', table))
     assert len(families) > 60
     for fam in families:
         assert f"# TYPE {fam} counter" in owner, fam
     assert "fluxon_owner_exists_total 1" in owner
     assert "fluxon_owner_removed_by_prefix_total 1" in owner
-    mtable = (ROOT / "runtime/include/fluxon/core/master_counters.hpp").read_text()
+    mtable = (ROOT / "runtime/include/fluxon/master/master_counters.hpp").read_text()
     mfamilies = set(re.findall(r'X\(\w+, "(fluxon_master_\w+)"', mtable))
     assert len(mfamilies) > 40
     assert 'fluxon_owner_slots{state="committed"} 3' in owner

@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "fluxon/core/route_table.hpp"
+#include "fluxon/master/route_table.hpp"
 #include "fluxon/runtime/flat_map.hpp"
 
 using namespace fluxon;

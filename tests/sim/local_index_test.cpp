@@ -3,8 +3,8 @@
 
 #include <unordered_set>
 
-#include "fluxon/core/local_index.hpp"
-#include "fluxon/core/replica_budget.hpp"
+#include "fluxon/owner/local_index.hpp"
+#include "fluxon/owner/replica_budget.hpp"
 
 using namespace fluxon;
 
@@ -65,7 +65,7 @@ TEST_CASE("LocalIndex: an erased entry leaves the hot tier too") {
   CHECK_FALSE(ix.resident().contains("h"));
 }
 
-#include "fluxon/core/eviction.hpp"
+#include "fluxon/owner/eviction.hpp"
 
 namespace {
 // A live entry `key` of its own put (group 0) in a new 4 KiB slot, continuing `parent` ("": none) at
@@ -471,7 +471,7 @@ TEST_CASE("RetryTable: due(now) is deadline-ordered and answers in id order, sch
   CHECK(t.due(1000).size() == 2);
 }
 
-#include "fluxon/core/sessions.hpp"
+#include "fluxon/owner/sessions.hpp"
 
 TEST_CASE("Sessions: holdings are unique, non-zero, released only by their own session, a closed session gives them back") {
   ReservePool pool(8 << 20, 1 << 20, std::nullopt);

@@ -1,4 +1,4 @@
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 #include "helpers.hpp"
 
 using namespace fluxon;

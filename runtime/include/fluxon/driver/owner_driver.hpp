@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "fluxon/core/owner_core.hpp"
+#include "fluxon/owner/owner_core.hpp"
 #include "fluxon/driver/fault_points.hpp"
 #include "fluxon/messages/codec.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "fluxon/core/owner_config.hpp"
+#include "fluxon/owner/owner_config.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 #include "fluxon/runtime/status.hpp"
 
@@ -35,7 +35,7 @@ struct MasterConfig {
   }
 };
 
-// An owner's whole configuration: its core's slice (fluxon/core/owner_config.hpp) and the I/O
+// An owner's whole configuration: its core's slice (fluxon/owner/owner_config.hpp) and the I/O
 // around it — where it listens, its segment, its data plane and the faults it injects.
 struct OwnerConfig : OwnerCoreConfig {
   std::string listen_host = "127.0.0.1";

@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "fluxon/core/master_core.hpp"
-#include "fluxon/core/owner_core.hpp"
+#include "fluxon/master/master_core.hpp"
+#include "fluxon/owner/owner_core.hpp"
 #include "fluxon/driver/owner_driver.hpp"
 #include "fluxon/runtime/config.hpp"
 

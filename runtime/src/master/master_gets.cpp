@@ -1,7 +1,7 @@
 // MasterCore's remote gets: one prepared get per (key, requester) (G6), the activity fence it puts
 // on its source replica (S2 across owners), GetDone's publication of the copy, revocation, and the
 // rule that a get id is answered once (T1).
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 
 #include <algorithm>
 

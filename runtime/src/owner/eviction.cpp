@@ -1,4 +1,4 @@
-#include "fluxon/core/eviction.hpp"
+#include "fluxon/owner/eviction.hpp"
 
 #include <algorithm>
 #include <set>

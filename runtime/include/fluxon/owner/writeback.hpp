@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/owner/owner_shared.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {

@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "fluxon/core/local_index.hpp"
-#include "fluxon/core/owner_config.hpp"
-#include "fluxon/core/owner_counters.hpp"
-#include "fluxon/core/sessions.hpp"
+#include "fluxon/owner/local_index.hpp"
+#include "fluxon/owner/owner_config.hpp"
+#include "fluxon/owner/owner_counters.hpp"
+#include "fluxon/owner/sessions.hpp"
 #include "fluxon/messages/codec.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "fluxon/core/get_flights.hpp"
-#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/owner/get_flights.hpp"
+#include "fluxon/owner/owner_shared.hpp"
 
 namespace fluxon {
 

@@ -1,4 +1,4 @@
-#include "fluxon/core/route_removal.hpp"
+#include "fluxon/owner/route_removal.hpp"
 
 namespace fluxon {
 

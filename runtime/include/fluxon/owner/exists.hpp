@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/owner/owner_shared.hpp"
 
 namespace fluxon {
 

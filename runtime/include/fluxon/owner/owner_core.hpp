@@ -23,15 +23,15 @@
 #include <utility>
 #include <vector>
 
-#include "fluxon/core/eviction.hpp"
-#include "fluxon/core/exists.hpp"
-#include "fluxon/core/get_flights.hpp"
-#include "fluxon/core/owner_shared.hpp"
-#include "fluxon/core/put_path.hpp"
-#include "fluxon/core/reclaim.hpp"
-#include "fluxon/core/replica_puller.hpp"
-#include "fluxon/core/route_removal.hpp"
-#include "fluxon/core/writeback.hpp"
+#include "fluxon/owner/eviction.hpp"
+#include "fluxon/owner/exists.hpp"
+#include "fluxon/owner/get_flights.hpp"
+#include "fluxon/owner/owner_shared.hpp"
+#include "fluxon/owner/put_path.hpp"
+#include "fluxon/owner/reclaim.hpp"
+#include "fluxon/owner/replica_puller.hpp"
+#include "fluxon/owner/route_removal.hpp"
+#include "fluxon/owner/writeback.hpp"
 
 namespace fluxon {
 

@@ -1,6 +1,6 @@
 // MasterCore's replica tasks (queued by publications, pulled by target-role owners), owner-hot
 // write-back and single-copy demotion.
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 
 #include <algorithm>
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/owner/owner_shared.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {

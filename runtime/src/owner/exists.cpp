@@ -1,4 +1,4 @@
-#include "fluxon/core/exists.hpp"
+#include "fluxon/owner/exists.hpp"
 
 #include <algorithm>
 

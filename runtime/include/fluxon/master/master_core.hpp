@@ -8,7 +8,7 @@
 // Busy while the get reads it), BatchGetDone publishes the requester's copy, BatchGetRevoke drops the
 // get. Inflight gets are unique per (key, requester) (G6) and expire after a TTL.
 #pragma once
-#include "fluxon/core/master_counters.hpp"
+#include "fluxon/master/master_counters.hpp"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -18,7 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "fluxon/core/route_table.hpp"
+#include "fluxon/master/route_table.hpp"
 #include "fluxon/runtime/expiring_map.hpp"
 #include "fluxon/runtime/flat_map.hpp"
 #include "fluxon/messages/codec.hpp"
@@ -27,7 +27,7 @@
 namespace fluxon {
 
 using Millis = int64_t;
-// Counters: fluxon/core/master_counters.hpp.
+// Counters: fluxon/master/master_counters.hpp.
 
 struct Version {
   uint32_t origin_node = 0;

@@ -16,8 +16,8 @@
 // reclaim or removal of those target copies proceeds (Busy), so the Commit leaves the route.
 #include <algorithm>
 
-#include "fluxon/core/local_index.hpp"
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/owner/local_index.hpp"
+#include "fluxon/master/master_core.hpp"
 
 namespace fluxon {
 

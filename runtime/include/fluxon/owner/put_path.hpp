@@ -18,8 +18,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "fluxon/core/owner_shared.hpp"
-#include "fluxon/core/replica_budget.hpp"
+#include "fluxon/owner/owner_shared.hpp"
+#include "fluxon/owner/replica_budget.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {

@@ -1,6 +1,6 @@
 // GetFlights' flights: their lifecycle (Starting -> Started -> Finishing -> Ready | Failed), the
 // batched master jobs that move them (G8, G9, retried as is: T1), and the data-plane rounds.
-#include "fluxon/core/get_flights.hpp"
+#include "fluxon/owner/get_flights.hpp"
 
 #include "fluxon/runtime/batch.hpp"
 

@@ -1,4 +1,4 @@
-#include "fluxon/core/local_index.hpp"
+#include "fluxon/owner/local_index.hpp"
 
 #include <algorithm>
 #include <cctype>

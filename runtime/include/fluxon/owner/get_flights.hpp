@@ -24,7 +24,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/owner/owner_shared.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fluxon/core/owner_shared.hpp"
+#include "fluxon/owner/owner_shared.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {

@@ -1,4 +1,4 @@
-#include "fluxon/core/put_path.hpp"
+#include "fluxon/owner/put_path.hpp"
 
 #include <algorithm>
 

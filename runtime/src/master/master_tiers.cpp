@@ -2,7 +2,7 @@
 // design's "Master 两级 Moka 提前写回" and E16ba. Both are W-TinyLFU tiers of route metadata per
 // node, weighted by slot size; neither changes an owner's capacity (S5): T2 selects, the owner's
 // fenced reclaim frees; T1 only starts write-backs.
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 
 #include <algorithm>
 

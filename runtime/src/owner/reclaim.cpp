@@ -1,4 +1,4 @@
-#include "fluxon/core/reclaim.hpp"
+#include "fluxon/owner/reclaim.hpp"
 
 #include <algorithm>
 

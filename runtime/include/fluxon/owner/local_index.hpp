@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fluxon/core/depth_order.hpp"
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 #include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"

@@ -1,4 +1,4 @@
-#include "fluxon/core/writeback.hpp"
+#include "fluxon/owner/writeback.hpp"
 
 #include <algorithm>
 

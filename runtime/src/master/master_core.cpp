@@ -1,6 +1,6 @@
 // MasterCore: registration, routes (publication, removal) and the dispatch of every request.
 // Remote gets are in master_gets.cpp, replica tasks, write-back and demotion in master_replicas.cpp.
-#include "fluxon/core/master_core.hpp"
+#include "fluxon/master/master_core.hpp"
 
 #include <cstring>
 

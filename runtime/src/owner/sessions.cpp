@@ -1,4 +1,4 @@
-#include "fluxon/core/sessions.hpp"
+#include "fluxon/owner/sessions.hpp"
 
 #include <vector>
 

@@ -1,6 +1,6 @@
 // The router: each input goes to the component that owns it; what a step means for another
 // component is handed on here, in the order the step produced it.
-#include "fluxon/core/owner_core.hpp"
+#include "fluxon/owner/owner_core.hpp"
 
 #include "fluxon/core/stat_values.hpp"
 

@@ -2,7 +2,7 @@
 // tail release (G5), handles, get_transfer and the acknowledgements that end them.
 #include <algorithm>
 
-#include "fluxon/core/get_flights.hpp"
+#include "fluxon/owner/get_flights.hpp"
 #include "fluxon/runtime/batch.hpp"
 
 namespace fluxon {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "fluxon/core/local_index.hpp"
+#include "fluxon/owner/local_index.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 
 namespace fluxon {

@@ -1,4 +1,4 @@
-#include "fluxon/core/replica_puller.hpp"
+#include "fluxon/owner/replica_puller.hpp"
 
 #include <algorithm>
 
