@@ -159,18 +159,16 @@ void ClientDriver::prune_locked() {
 // The session to use now. After the owner went away, an external client reconnects; a new
 // generation is refused (GenerationMismatch) until the caller acknowledges it through segment():
 // it must never write or read through a stale mapping.
+Status ClientDriver::reconnect_if_down() {
+  std::shared_ptr<Conn> c = locked([&] { return conn_; });
+  if (!c || !c->down) return Status::ok();
+  if (policy_.embedded) return Status(Code::kClosed, "embedded owner stopped");
+  Status s = connect();
+  return s.is_ok() ? s : Status(Code::kClosed, "owner is down and not reachable: " + s.message());
+}
+
 Result<std::shared_ptr<ClientDriver::Conn>> ClientDriver::current() {
-  std::shared_ptr<Conn> c;
-  {
-    std::lock_guard<std::mutex> g(m_);
-    if (closed_) return Status(Code::kClosed, "client is closed");
-    c = conn_;
-  }
-  if (c && c->down) {
-    if (policy_.embedded) return Status(Code::kClosed, "embedded owner stopped");
-    Status s = connect();
-    if (!s.is_ok()) return Status(Code::kClosed, "owner is down and not reachable: " + s.message());
-  }
+  if (Status s = reconnect_if_down(); !s.is_ok()) return s;
   std::lock_guard<std::mutex> g(m_);
   Status s = core_.gate();
   if (!s.is_ok()) return s;
@@ -229,13 +227,10 @@ void ClientDriver::acks_queued() {
 
 Result<SegmentInfo> ClientDriver::segment() {
   FLUXON_CALL("wait_local_segments_ready");
-  std::shared_ptr<Conn> c = locked([&] { return conn_; });
-  if (c->down && !policy_.embedded) {
-    Status s = connect();
-    if (!s.is_ok()) return Status(Code::kClosed, "owner is down and not reachable: " + s.message());
-  }
+  // An embedded owner that stopped still reports its segment (the caller's calls say Closed).
+  if (Status s = reconnect_if_down(); !s.is_ok() && !policy_.embedded) return s;
   std::lock_guard<std::mutex> g(m_);
-  c = conn_;
+  const std::shared_ptr<Conn> c = conn_;
   core_.acknowledge();  // the caller now knows (and maps) this generation
   SegmentInfo s;
   s.segment_label = policy_.embedded ? "cpu:0" : "external_owner:0";

@@ -156,10 +156,7 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
   // routes leave in RemoveRoutes jobs of kRemoveBatch (one message each, not one per key).
   Removals batch;
   for (const auto& k : keys) {
-    auto it = s_.local.find(k);
-    const Entry e = it->second;
-    s_.local.erase(it);
-    if (auto r = put_.supersede(k, e)) batch.push_back(std::move(*r));
+    if (auto r = take_key(k)) batch.push_back(std::move(*r));
     if (batch.size() == kRemoveBatch) removal_.queue(std::exchange(batch, {}), now, out);
   }
   if (!batch.empty()) removal_.queue(std::move(batch), now, out);
@@ -334,7 +331,7 @@ void OwnerCore::write_through_done(Outbox& out) {
 void OwnerCore::commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out) {
   auto done = put_.commit(token, session, put_id, now, out);
   if (done.put_id == 0) return;
-  for (auto& r : done.removals) removal_.queue(std::move(r), now, out);  // the versions it replaced
+  if (!done.removals.empty()) removal_.queue(std::move(done.removals), now, out);  // the versions it replaced, one job
   put_.publish(done.put_id, now, out);
 }
 
@@ -352,16 +349,16 @@ void OwnerCore::went_live(PutPath::Settled& settled, Millis now, Outbox& out) {
   writeback_.admit(settled.live, now, out, /*puts=*/true);
 }
 
-void OwnerCore::replaced(const std::string& key, const Entry& old, Millis now, Outbox& out) {
-  if (auto r = put_.supersede(key, old)) removal_.queue({std::move(*r)}, now, out);
+std::optional<Removal> OwnerCore::take_key(const std::string& key) {
+  auto it = s_.local.find(key);
+  if (it == s_.local.end()) return std::nullopt;
+  const Entry e = it->second;
+  s_.local.erase(it);
+  return put_.supersede(key, e);
 }
 
 void OwnerCore::remove_key(const std::string& key, Millis now, Outbox& out) {
-  auto it = s_.local.find(key);
-  if (it == s_.local.end()) return;
-  const Entry e = it->second;
-  s_.local.erase(it);
-  replaced(key, e, now, out);
+  if (auto r = take_key(key)) removal_.queue({std::move(*r)}, now, out);
 }
 
 void OwnerCore::launch_transfers(Millis now, Outbox& out) {

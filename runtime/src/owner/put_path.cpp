@@ -219,10 +219,7 @@ PutPath::Committed PutPath::commit(uint64_t token, uint64_t session, uint64_t pu
     if (old != s_.local.end()) {
       const Entry prev = old->second;
       s_.local.erase(old);
-      if (auto r = supersede(k, prev)) {  // the batch's replaced versions leave in one RemoveRoutes job
-        if (done.removals.empty()) done.removals.emplace_back();
-        done.removals.back().push_back(std::move(*r));
-      }
+      if (auto r = supersede(k, prev)) done.removals.push_back(std::move(*r));
     }
     s_.local.insert(k, Entry{put_id, plan.slots[i], plan.value_len, false, group, s_.version_of(put_id)},
                     plan.parents.empty() ? nullptr : &plan.parents[i],

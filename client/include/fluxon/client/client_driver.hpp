@@ -157,6 +157,7 @@ class ClientDriver {
   void complete(std::vector<std::pair<uint64_t, Status>> done);
   void lose(Conn& c, const Status& why);
   void prune_locked();
+  Status reconnect_if_down();  // an external client's lost session is reopened
   Result<std::shared_ptr<Conn>> current();
   Result<std::unique_ptr<Envelope>> call(const std::shared_ptr<Conn>& c, Envelope req);
   void send_acks(bool flush);

@@ -118,7 +118,8 @@ class OwnerCore {
   void write_through_done(Outbox& out);
   void serve_waiters_if_freed(Outbox& out);
   void went_live(PutPath::Settled& settled, Millis now, Outbox& out);
-  void replaced(const std::string& key, const Entry& old, Millis now, Outbox& out);
+  // key leaves the index: its route's removal (to queue) when the master knows it.
+  std::optional<Removal> take_key(const std::string& key);
   void launch_transfers(Millis now, Outbox& out);
   void on_get_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
   // Capacity eviction (S1, S3, S4): claims and fetches say what room they need (want_room); the

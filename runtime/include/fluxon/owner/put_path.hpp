@@ -60,11 +60,11 @@ class PutPath {
   double replica_pressure() const { return budget_.pressure(); }
 
   // put_commit: the plan's slots are local-read-ready (V1) and its entries in the index. Returns
-  // the routes of the entries it replaced that must go (one job for the batch); publish() then sends the
+  // the routes of the entries it replaced that must go (one RemoveRoutes job); publish() then sends the
   // batch's PutDone. 0 when the plan is unknown (answered with the error).
   struct Committed {
     uint64_t put_id = 0;
-    std::vector<Removals> removals;
+    Removals removals;
   };
   Committed commit(uint64_t token, uint64_t session, uint64_t put_id, Millis now, Outbox& out);
   void publish(uint64_t put_id, Millis now, Outbox& out);
