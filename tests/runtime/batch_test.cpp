@@ -13,6 +13,33 @@ TEST_CASE("validate_keys rejects empty batch, empty key, repeated key") {
   CHECK(validate_keys({"a", "b"}).is_ok());
 }
 
+TEST_CASE("validate_keys names the first index that repeats a key before it, in any batch") {
+  // The reference: a scan in order, remembering what it saw.
+  auto first_repeat = [](const std::vector<std::string>& keys) -> int {
+    for (size_t i = 0; i < keys.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (keys[j] == keys[i]) return int(i);
+    return -1;
+  };
+  uint64_t rng = 12345;
+  auto next = [&] { return rng = rng * 6364136223846793005ull + 1442695040888963407ull, rng >> 33; };
+  for (int round = 0; round < 300; ++round) {
+    const size_t n = 1 + next() % 300;
+    const uint64_t distinct = 1 + next() % (n * 2);  // from mostly repeats to mostly unique
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back("sglang:page:" + std::to_string(next() % distinct) + "_0_2");
+    const int want = first_repeat(keys);
+    Status s = validate_keys(keys);
+    CHECK(validate_keys(keys, /*allow_repeats=*/true).is_ok());
+    if (want < 0) {
+      CHECK(s.is_ok());
+    } else {
+      REQUIRE(s.code() == Code::kInvalidArgument);
+      CHECK(s.message().rfind("keys[" + std::to_string(want) + "]:", 0) == 0);
+    }
+  }
+}
+
 TEST_CASE("validate_group_lens: each > 0, sum == n") {
   CHECK(validate_group_lens(std::nullopt, 3).is_ok());
   CHECK(validate_group_lens(std::vector<uint32_t>{1, 2}, 3).is_ok());

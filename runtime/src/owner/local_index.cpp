@@ -44,7 +44,7 @@ void LocalIndex::insert(const std::string& key, Entry e, const std::string* pare
   cohorts_[{e.put_id, e.group}].push_back(key);
   if (auto old = entries_.find(key); old != entries_.end()) by_slot_.erase(old->second.slot.packed());
   auto& entry = *entries_.insert_or_assign(key, e).first;
-  by_slot_[e.slot.packed()] = &entry;
+  *by_slot_.try_emplace(e.slot.packed(), &entry).first = &entry;
   if (parent && !parent->empty()) {
     chains_.link(key, *parent);
     if (depth == kNoDepth)
@@ -70,7 +70,7 @@ void LocalIndex::erase(Map::iterator it) {
   }
   chains_.unlink(key);
   depths_.erase(key);
-  if (auto s = by_slot_.find(e.slot.packed()); s != by_slot_.end() && s->second == &*it) by_slot_.erase(s);
+  if (auto* s = by_slot_.find(e.slot.packed()); s && *s == &*it) by_slot_.erase(e.slot.packed());
   if (order_) order_->erase(key);
   entries_.erase(it);
 }

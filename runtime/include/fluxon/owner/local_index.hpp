@@ -16,6 +16,7 @@
 
 #include "fluxon/core/depth_order.hpp"
 #include "fluxon/master/master_core.hpp"
+#include "fluxon/runtime/flat_map.hpp"
 #include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
@@ -55,8 +56,8 @@ class LocalIndex {
   bool contains(const std::string& key) const { return entries_.count(key) != 0; }
   // The entry (key, Entry) that holds `slot`, or null.
   const Map::value_type* at_slot(SlotRef slot) const {
-    auto it = by_slot_.find(slot.packed());
-    return it == by_slot_.end() ? nullptr : it->second;
+    auto* at = by_slot_.find(slot.packed());
+    return at ? *at : nullptr;
   }
   Entry& at(const std::string& key) { return entries_.at(key); }
   const Map& entries() const { return entries_; }
@@ -139,7 +140,7 @@ class LocalIndex {
   std::set<CohortId> remote_complete_;
   std::unordered_map<std::string, uint32_t> depths_;  // known depths of the entries
   // SlotRef::packed() -> the entry held there (elements of entries_ keep their address until erased)
-  std::unordered_map<uint64_t, const Map::value_type*> by_slot_;
+  FlatMap<uint64_t, const Map::value_type*, MixHash> by_slot_;
   std::optional<DepthOrder> order_;
   bool tp_cohorts_;
 };

@@ -51,15 +51,8 @@ class Sessions {
 
  private:
   std::unordered_map<uint64_t, Session> sessions_;
-  struct IdHash {
-    size_t operator()(uint64_t x) const {  // splitmix64's finalizer: ids are sequential
-      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-      return size_t(x ^ (x >> 31));
-    }
-  };
   // Inline entries: a read's hold and release allocate nothing.
-  FlatMap<uint64_t, Holding, IdHash> holdings_;
+  FlatMap<uint64_t, Holding, MixHash> holdings_;
   uint64_t next_session_ = 1, next_holding_ = 1;
 };
 

@@ -13,6 +13,16 @@
 
 namespace fluxon {
 
+// A hash for 64-bit ids, sequential or packed (splitmix64's finalizer): FlatMap's probes need the
+// low bits mixed.
+struct MixHash {
+  size_t operator()(uint64_t x) const {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return size_t(x ^ (x >> 31));
+  }
+};
+
 template <class K, class V, class H>
 class FlatMap {
   struct Slot {
