@@ -14,7 +14,7 @@ using namespace fluxon;
 static int usage() {
   std::fprintf(stderr,
                "usage:\n"
-               "  fluxon master --config FILE\n"
+               "  fluxon master --config FILE [--index N]  (N: its entry in masters:, the HA mode)\n"
                "  fluxon owner  --config FILE [--node-id N]\n"
                "  fluxon cluster up|down|status FILE\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
@@ -42,15 +42,17 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   std::string config;
   uint32_t node_id = 0;
+  int index = 0;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
     else if (!std::strcmp(argv[i], "--node-id") && i + 1 < argc) node_id = uint32_t(std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--index") && i + 1 < argc) index = std::atoi(argv[++i]);
   }
   if (cmd == "master" || cmd == "owner") {
     if (config.empty()) return usage();
     auto c = load(config);
     if (!c.ok()) return 2;
-    return cmd == "master" ? run_master_daemon(*c) : run_owner_daemon(*c, node_id);
+    return cmd == "master" ? run_master_daemon(*c, index) : run_owner_daemon(*c, node_id);
   }
   if (cmd == "cluster") {
     if (argc < 4) return usage();

@@ -35,6 +35,7 @@ using mreply_atom = caf::atom_constant<caf::atom("mreply")>;
 using populated_atom = caf::atom_constant<caf::atom("populated")>;
 using chclosed_atom = caf::atom_constant<caf::atom("chclosed")>;
 using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
+using leader_atom = caf::atom_constant<caf::atom("leader")>;
 
 inline void configure(caf::actor_system_config& cfg, bool network) {
   cfg.add_message_type<Blob>("fluxon_blob");

@@ -1,4 +1,6 @@
-// The master actor: decode, MasterCore::handle, encode. Nothing else lives here.
+// The master actor: decode, MasterCore::handle, encode. In the HA mode it answers only while its
+// Campaign says it leads (E1), stamps every reply with its term (E2), and starts from an empty core
+// at each new term: the owners resync their live routes to it, as to a restarted master.
 #include <csignal>
 #include <cstdio>
 
@@ -6,6 +8,7 @@
 #include "daemon_util.hpp"
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/master/master_core.hpp"
+#include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/metrics.hpp"
 
 namespace fluxon::actors {
@@ -15,6 +18,10 @@ namespace {
 struct MasterState {
   MasterState() = default;  // not an aggregate: see OwnerState (CAF constructs states from the actor pointer)
   MasterCore core;
+  MasterConfig cfg;
+  std::shared_ptr<Campaign> campaign;  // the HA mode; null: the single master, term 0, always serving
+  uint64_t term = 0;                   // the term the core serves (HA: since its last reset)
+  uint64_t not_leader_total = 0, newer_term_total = 0, core_resets_total = 0;
   std::unique_ptr<Metrics> metrics;
   uint64_t metrics_refreshes = 0;
   static inline const char* name = "fluxon_master";
@@ -38,14 +45,70 @@ void export_metrics(MasterState& st) {
     m.gauge("fluxon_master_node_tier_bytes", help, double(t.t2_capacity), {{"node", n}, {"tier", "t2_capacity"}});
     m.gauge("fluxon_master_node_tier_bytes", help, double(t.t1_capacity), {{"node", n}, {"tier", "t1_capacity"}});
   }
+  const bool leads = !st.campaign || st.campaign->serving();
+  m.gauge("fluxon_master_leader", "1 while this master serves as the leader (always, with one master), 0 on a standby",
+          leads ? 1 : 0);
+  m.gauge("fluxon_master_term", "The leader's term (etcd's revision of its election; 0 with one master): this "
+          "master's while it leads, the one it last saw lead otherwise", double(st.campaign ? st.campaign->term() : 0));
+  if (st.campaign) {
+    m.counter("fluxon_master_elections_won_total", "Elections this master won", st.campaign->elections_won());
+    m.counter("fluxon_master_step_downs_total", "Times this master stopped leading (lease lost or not renewed in time)",
+              st.campaign->step_downs());
+    m.counter("fluxon_master_etcd_errors_total", "etcd calls that failed or timed out", st.campaign->etcd_errors());
+    m.counter("fluxon_master_not_leader_total", "Requests refused because this master did not lead", st.not_leader_total);
+    m.counter("fluxon_master_newer_term_total", "Requests that named a newer term than this master's (it was deposed)",
+              st.newer_term_total);
+    m.counter("fluxon_master_core_resets_total", "New terms this master started from an empty state", st.core_resets_total);
+  }
   // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
   m.counter("fluxon_master_metrics_refreshes_total", "Times this page was refreshed from the master's state",
             ++st.metrics_refreshes);
 }
 
-caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics) {
-  self->state.core = MasterCore(mcfg.get_inflight_ttl_ms, mcfg.replica_target_roles());
-  self->state.core.set_tiers(mcfg.replica_cache_capacity_ratio, mcfg.replica_writeback_tier1_capacity_ratio);
+void fresh_core(MasterState& st) {
+  st.core = MasterCore(st.cfg.get_inflight_ttl_ms, st.cfg.replica_target_roles());
+  st.core.set_tiers(st.cfg.replica_cache_capacity_ratio, st.cfg.replica_writeback_tier1_capacity_ratio);
+}
+
+// HA: whether this master may answer now; a new term starts from an empty core (E2).
+bool leads(MasterState& st) {
+  if (!st.campaign) return true;
+  if (!st.campaign->serving()) return false;
+  if (const uint64_t t = st.campaign->term(); t != st.term) {
+    fresh_core(st);
+    st.term = t;
+    st.core_resets_total++;
+  }
+  return true;
+}
+
+Envelope not_leader(MasterState& st, const std::string& why) {
+  Envelope e = error_envelope(Status(Code::kClosed, why));
+  e.term = 0;  // not a leader's answer: an owner that saw any term refuses it
+  return e;
+}
+
+Envelope serve(MasterState& st, Envelope& req) {
+  if (!leads(st)) {
+    st.not_leader_total++;
+    const std::string at = st.campaign->leader_address();
+    return not_leader(st, "this master does not lead" + (at.empty() ? std::string() : " (the leader: " + at + ")"));
+  }
+  if (req.term > st.term) {  // an owner saw a newer leader: this one is deposed, whatever it believes
+    st.newer_term_total++;
+    st.campaign->poke();
+    return not_leader(st, "term " + std::to_string(req.term) + " is newer than this master's " + std::to_string(st.term));
+  }
+  Envelope rep = st.core.handle(req, now_ms());
+  rep.term = st.term;
+  return rep;
+}
+
+caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics,
+                           std::shared_ptr<Campaign> campaign) {
+  self->state.cfg = mcfg;
+  self->state.campaign = std::move(campaign);
+  fresh_core(self->state);
   if (metrics && mcfg.metrics_port != 0) {
     try {
       self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);
@@ -61,11 +124,11 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
           self->state.core.count_malformed();
           return Blob{encode(error_envelope(env.status()))};
         }
-        return Blob{encode(self->state.core.handle(**env, now_ms()))};
+        return Blob{encode(serve(self->state, **env))};
       },
       [=](Note&) { self->state.core.count_malformed(); },  // the master takes no one-way notes
       [=](tick_atom) {
-        self->state.core.tick(now_ms());
+        if (leads(self->state)) self->state.core.tick(now_ms());
         export_metrics(self->state);
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
@@ -75,33 +138,55 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
 }  // namespace
 
 caf::actor spawn_master(caf::actor_system& sys, const ClusterConfig& cfg, bool metrics) {
-  return sys.spawn(master_actor, cfg.master, metrics);
+  return sys.spawn(master_actor, cfg.master, metrics, std::shared_ptr<Campaign>{});
 }
 
 }  // namespace fluxon::actors
 
 namespace fluxon {
 
-int run_master_daemon(const ClusterConfig& cfg) {
+int run_master_daemon(const ClusterConfig& cfg, int index) {
+  if (cfg.ha() && (index < 0 || size_t(index) >= cfg.masters.size())) {
+    std::fprintf(stderr, "fluxon master: --index %d: the config lists %zu masters (0..%zu)\n", index,
+                 cfg.masters.size(), cfg.masters.size() - 1);
+    return 2;
+  }
+  if (!cfg.ha() && index > 0) {
+    std::fprintf(stderr, "fluxon master: --index %d: the config has one master (no masters: list)\n", index);
+    return 2;
+  }
+  const MasterConfig& mc = cfg.ha() ? cfg.masters[size_t(index)] : cfg.master;
   actors::block_stop_signals();
   caf::actor_system_config acfg;
   actors::configure(acfg, true);
   caf::actor_system sys{acfg};
-  auto master = actors::spawn_master(sys, cfg, true);
-  auto port = sys.middleman().publish(master, cfg.master.port, cfg.master.listen_host.c_str(), true);
+  std::shared_ptr<Campaign> campaign;
+  if (cfg.ha()) {
+    ElectionCore::Options eo;
+    eo.ttl_ms = cfg.etcd.lease_ttl_ms;
+    eo.poll_ms = cfg.etcd.poll_ms();
+    eo.address = (mc.listen_host == "0.0.0.0" ? std::string("127.0.0.1") : mc.listen_host) + ":" + std::to_string(mc.port);
+    campaign = std::make_shared<Campaign>(cfg.etcd.endpoints, cfg.cluster_name, eo);
+  }
+  auto master = sys.spawn(actors::master_actor, mc, true, campaign);
+  auto port = sys.middleman().publish(master, mc.port, mc.listen_host.c_str(), true);
   if (!port) {
-    std::fprintf(stderr, "fluxon master: cannot listen on %s:%u: %s\n", cfg.master.listen_host.c_str(),
-                 cfg.master.port, sys.render(port.error()).c_str());
+    std::fprintf(stderr, "fluxon master: cannot listen on %s:%u: %s\n", mc.listen_host.c_str(), mc.port,
+                 sys.render(port.error()).c_str());
     caf::anon_send_exit(master, caf::exit_reason::user_shutdown);
     return 1;
   }
-  std::printf("fluxon master: cluster %s listening on %s:%u (metrics %s)\n", cfg.cluster_name.c_str(),
-              cfg.master.listen_host.c_str(), *port,
-              cfg.master.metrics_port ? std::to_string(cfg.master.metrics_port).c_str() : "off");
+  // The port is this master's: now it campaigns (until elected it answers "not the leader").
+  if (campaign) campaign->start();
+  std::printf("fluxon master: cluster %s listening on %s:%u (metrics %s)%s\n", cfg.cluster_name.c_str(),
+              mc.listen_host.c_str(), *port, mc.metrics_port ? std::to_string(mc.metrics_port).c_str() : "off",
+              cfg.ha() ? (", campaigning through etcd as masters[" + std::to_string(index) + "]").c_str() : "");
   std::fflush(stdout);
   const int sig = actors::wait_stop_signal();
   std::printf("fluxon master: signal %d, stopping\n", sig);
+  std::fflush(stdout);
   caf::anon_send_exit(master, caf::exit_reason::user_shutdown);
+  campaign.reset();  // a leader resigns: its key goes now, and a standby takes over without waiting out the lease
   return 0;
 }
 

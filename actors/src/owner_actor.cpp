@@ -13,6 +13,7 @@
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/owner/owner_core.hpp"
 #include "fluxon/driver/owner_driver.hpp"
+#include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/channel.hpp"
 #include "fluxon/runtime/metrics.hpp"
 #include "fluxon/runtime/segment.hpp"
@@ -185,6 +186,9 @@ struct OwnerState {
   std::map<caf::actor_addr, uint64_t> session_of;
   uint32_t master_timeout_ms = 5000;
   bool reconnecting = false;
+  uint64_t connect_epoch = 0;  // a connect begun for an older leader's address is ignored
+  uint64_t leader_term = 0;    // HA: the term etcd named with master_host:master_port
+  bool ha = false;             // etcd names the leader (a LeaderWatch of the daemon sends leader_atom)
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
   uint64_t metrics_refreshes = 0;
@@ -359,24 +363,30 @@ void master_up(Self* self, caf::actor m, bool reconnected) {
   st.driver->master_up(now_ms(), reconnected);
 }
 
-// Asks the middleman to connect (no blocking call, no thread); retries every 200 ms.
-void try_connect(Self* self) {
+// Asks the middleman to connect (no blocking call, no thread); retries every 200 ms (50 ms in the
+// HA mode, where a new leader is waited for).
+void try_connect(Self* self, uint64_t epoch) {
   auto& st = self->state;
+  if (epoch != st.connect_epoch) return;
+  const auto retry = std::chrono::milliseconds(st.ha ? 50 : 200);
   auto mm = self->home_system().middleman().actor_handle();
   self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, st.master_host, st.master_port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (epoch != self->state.connect_epoch) return;  // the leader changed meanwhile
             if (ptr) return master_up(self, caf::actor_cast<caf::actor>(ptr), /*reconnected=*/true);
-            self->delayed_send(self, std::chrono::milliseconds(200), reconnect_atom::value);
+            self->delayed_send(self, retry, reconnect_atom::value, epoch);
           },
-          [=](caf::error&) { self->delayed_send(self, std::chrono::milliseconds(200), reconnect_atom::value); });
+          [=](caf::error&) {
+            if (epoch == self->state.connect_epoch) self->delayed_send(self, retry, reconnect_atom::value, epoch);
+          });
 }
 
 void start_reconnect(Self* self) {
   auto& st = self->state;
   if (st.reconnecting || st.master_port == 0) return;
   st.reconnecting = true;
-  try_connect(self);
+  try_connect(self, st.connect_epoch);
 }
 
 // A client session is over (its session actor went down, or its channel's socket closed: the process
@@ -542,7 +552,33 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         Turn t(self);
         self->state.driver->on_populated(len);
       },
-      [=](reconnect_atom) { try_connect(self); },
+      [=](reconnect_atom, uint64_t epoch) { try_connect(self, epoch); },
+      [=](leader_atom, const std::string& address, uint64_t term) {
+        // HA: etcd names the leader. Replies of older terms are refused from now on (E2); a new
+        // address, or the same master at a new term (its state starts empty), means a reconnect and
+        // the resync of every live route, as after a master restart.
+        Turn t(self);
+        auto& st = self->state;
+        const size_t colon = address.rfind(':');
+        if (colon == std::string::npos || term < st.leader_term) return;
+        const std::string host = address.substr(0, colon);
+        const auto port = uint16_t(std::atoi(address.c_str() + colon + 1));
+        st.ha = true;
+        st.driver->see_master_term(term);
+        if (host == st.master_host && port == st.master_port && term == st.leader_term) return;
+        std::fprintf(stderr, "fluxon owner: the leader is %s (term %llu)\n", address.c_str(), (unsigned long long)term);
+        st.master_host = host;
+        st.master_port = port;
+        st.leader_term = term;
+        if (st.master) {
+          self->demonitor(st.master);
+          st.master = caf::actor{};
+          st.driver->master_down();
+        }
+        st.connect_epoch++;
+        st.reconnecting = false;
+        start_reconnect(self);
+      },
       [=](flush_atom) {
         Turn t(self);
         self->state.driver->flush(now_ms());
@@ -629,8 +665,10 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   caf::actor_system_config acfg;
   actors::configure(acfg, true);
   caf::actor_system sys{acfg};
-  const std::string mhost = cfg.master.listen_host == "0.0.0.0" ? "127.0.0.1" : cfg.master.listen_host;
-  const uint16_t mport = cfg.master.port;
+  // HA: no master address until etcd names the leader (the LeaderWatch below).
+  const std::string mhost =
+      cfg.ha() ? std::string() : cfg.master.listen_host == "0.0.0.0" ? "127.0.0.1" : cfg.master.listen_host;
+  const uint16_t mport = cfg.ha() ? 0 : cfg.master.port;
   std::string err;
   auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, mhost, mport, true, &err);
   if (!owner) {
@@ -644,13 +682,21 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
     caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
     return 1;
   }
-  std::printf("fluxon owner: node %u of cluster %s listening on %s:%u, segment %s bytes, master %s:%u\n",
+  std::unique_ptr<LeaderWatch> watch;
+  if (cfg.ha())
+    watch = std::make_unique<LeaderWatch>(cfg.etcd.endpoints, cfg.cluster_name, int(cfg.etcd.poll_ms()),
+                                          [owner](const LeaderRecord& l) {
+                                            caf::anon_send(owner, actors::leader_atom::value, l.address, l.term);
+                                          });
+  std::printf("fluxon owner: node %u of cluster %s listening on %s:%u, segment %s bytes, master %s\n",
               ocfg->node_id, cfg.cluster_name.c_str(), ocfg->listen_host.c_str(), *port,
-              std::to_string(ocfg->dram_bytes).c_str(), mhost.c_str(), mport);
+              std::to_string(ocfg->dram_bytes).c_str(),
+              cfg.ha() ? "named by etcd" : (mhost + ":" + std::to_string(mport)).c_str());
   std::fflush(stdout);
   const int sig = actors::wait_stop_signal();
   std::printf("fluxon owner: signal %d, stopping\n", sig);
   std::fflush(stdout);
+  watch.reset();
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   return 0;
 }

@@ -1,4 +1,5 @@
 #include "fluxon/runtime/config.hpp"
+#include "fluxon/runtime/etcd.hpp"
 
 #include <algorithm>
 
@@ -32,7 +33,7 @@ Status check_keys(const YAML::Node& n, const std::string& where, const std::set<
     if (allowed.count(k)) continue;
     if (kOwnerOnlyKeys.count(k) && where.rfind("owners", 0) != 0)
       return invalid_argument(where + "." + k + ": owner-only key not allowed here");
-    if (kMasterOnlyKeys.count(k) && where != "master")
+    if (kMasterOnlyKeys.count(k) && where != "master" && where.rfind("masters[", 0) != 0)
       return invalid_argument(where + "." + k + ": master-only key not allowed here");
     return invalid_argument(where + "." + k + ": unknown key");
   }
@@ -101,16 +102,16 @@ Status get_str(const YAML::Node& n, const std::string& key, const std::string& w
     if (!_s.is_ok()) return _s;    \
   } while (0)
 
-Status parse_master(const YAML::Node& n, MasterConfig& m) {
-  FLX_TRY(check_keys(n, "master", {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms",
+Status parse_master(const YAML::Node& n, MasterConfig& m, const std::string& where = "master") {
+  FLX_TRY(check_keys(n, where, {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms",
                                    "replica_target_roles", "replica_task_placement", "replica_cache_capacity_ratio",
                                    "replica_writeback_tier1_capacity_ratio"}));
   if (n["replica_target_roles"] && n["replica_task_placement"])
-    return invalid_argument("master.replica_target_roles: the old name of replica_task_placement.remote_only_node_roles; "
+    return invalid_argument(where + ".replica_target_roles: the old name of replica_task_placement.remote_only_node_roles; "
                             "give one of them");
-  if (auto r = n["replica_target_roles"]) FLX_TRY(get_roles(r, "master.replica_target_roles", m.remote_only_node_roles));
+  if (auto r = n["replica_target_roles"]) FLX_TRY(get_roles(r, where + ".replica_target_roles", m.remote_only_node_roles));
   if (auto p = n["replica_task_placement"]) {
-    const std::string w = "master.replica_task_placement";
+    const std::string w = where + ".replica_task_placement";
     FLX_TRY(check_keys(p, w, {"remote_only_node_roles", "restrict_to_remote_only_node_roles"}));
     if (auto r = p["remote_only_node_roles"]) FLX_TRY(get_roles(r, w + ".remote_only_node_roles", m.remote_only_node_roles));
     if (auto s = p["restrict_to_remote_only_node_roles"]) {
@@ -122,22 +123,62 @@ Status parse_master(const YAML::Node& n, MasterConfig& m) {
     }
   }
   if (m.remote_only_node_roles.empty())
-    return invalid_argument("master.replica_task_placement.remote_only_node_roles: empty");
+    return invalid_argument(where + ".replica_task_placement.remote_only_node_roles: empty");
   // The master's two tiers (T1 hot route metadata, T2 resident), as the design checks them.
   double& t2 = m.replica_cache_capacity_ratio;
   double& t1 = m.replica_writeback_tier1_capacity_ratio;
-  FLX_TRY(get_ratio(n, "replica_cache_capacity_ratio", "master", t2));
-  FLX_TRY(get_ratio(n, "replica_writeback_tier1_capacity_ratio", "master", t1));
+  FLX_TRY(get_ratio(n, "replica_cache_capacity_ratio", where, t2));
+  FLX_TRY(get_ratio(n, "replica_writeback_tier1_capacity_ratio", where, t1));
   if (t1 > 0 && t1 >= (t2 > 0 ? t2 : 1))
-    return invalid_argument("master.replica_writeback_tier1_capacity_ratio: must be below replica_cache_capacity_ratio");
+    return invalid_argument(where + ".replica_writeback_tier1_capacity_ratio: must be below replica_cache_capacity_ratio");
   if (t1 > 0 && !m.restrict_to_remote_only_node_roles)
-    return invalid_argument("master.replica_writeback_tier1_capacity_ratio: needs "
+    return invalid_argument(where + ".replica_writeback_tier1_capacity_ratio: needs "
                             "replica_task_placement.restrict_to_remote_only_node_roles: true");
-  FLX_TRY(get_uint(n, "get_inflight_ttl_ms", "master", m.get_inflight_ttl_ms));
-  FLX_TRY(get_str(n, "listen_host", "master", m.listen_host));
-  FLX_TRY(get_uint(n, "port", "master", m.port));
+  FLX_TRY(get_uint(n, "get_inflight_ttl_ms", where, m.get_inflight_ttl_ms));
+  FLX_TRY(get_str(n, "listen_host", where, m.listen_host));
+  FLX_TRY(get_uint(n, "port", where, m.port));
   if (n["metrics_port"] && n["metrics_port"].as<std::string>() == "0") m.metrics_port = 0;
-  else FLX_TRY(get_uint(n, "metrics_port", "master", m.metrics_port));
+  else FLX_TRY(get_uint(n, "metrics_port", where, m.metrics_port));
+  return Status::ok();
+}
+
+// etcd: {endpoints, lease_ttl_ms} and masters: [...] (the HA mode), or neither.
+Status parse_ha(const YAML::Node& root, ClusterConfig& c) {
+  if (auto e = root["etcd"]) {
+    FLX_TRY(check_keys(e, "etcd", {"endpoints", "lease_ttl_ms"}));
+    auto eps = e["endpoints"];
+    if (!eps || !eps.IsSequence() || eps.size() == 0)
+      return invalid_argument("etcd.endpoints: expected a list of http://host:port");
+    for (size_t i = 0; i < eps.size(); ++i) {
+      const std::string ep = eps[i].as<std::string>();
+      auto hp = parse_http_endpoint(ep);
+      if (!hp.ok()) return invalid_argument("etcd.endpoints[" + std::to_string(i) + "]: " + hp.status().message());
+      c.etcd.endpoints.push_back(ep);
+    }
+    FLX_TRY(get_uint(e, "lease_ttl_ms", "etcd", c.etcd.lease_ttl_ms));
+    if (c.etcd.lease_ttl_ms < 1000 || c.etcd.lease_ttl_ms % 1000 != 0)
+      return invalid_argument("etcd.lease_ttl_ms: must be a whole number of seconds, at least 1000 (etcd grants "
+                              "leases in seconds), not " + std::to_string(c.etcd.lease_ttl_ms));
+  }
+  auto ms = root["masters"];
+  if (!ms) {
+    if (c.etcd.enabled()) return invalid_argument("etcd: only the HA mode uses it: list the masters in masters:");
+    return Status::ok();
+  }
+  if (root["master"]) return invalid_argument("masters: give either master: (one master) or masters: (with etcd:), not both");
+  if (!c.etcd.enabled()) return invalid_argument("masters: the HA mode needs etcd: {endpoints: [http://host:port]}");
+  if (!ms.IsSequence() || ms.size() == 0) return invalid_argument("masters: expected a list of masters");
+  for (size_t i = 0; i < ms.size(); ++i) {
+    MasterConfig m;
+    m.port = uint16_t(7600 + i);
+    FLX_TRY(parse_master(ms[i], m, "masters[" + std::to_string(i) + "]"));
+    for (size_t j = 0; j < c.masters.size(); ++j)
+      if (c.masters[j].port == m.port && c.masters[j].listen_host == m.listen_host)
+        return invalid_argument("masters[" + std::to_string(i) + "].port: " + std::to_string(m.port) +
+                                " is masters[" + std::to_string(j) + "]'s too");
+    c.masters.push_back(m);
+  }
+  c.master = c.masters[0];
   return Status::ok();
 }
 
@@ -375,10 +416,12 @@ Result<ClusterConfig> parse_config_text(const std::string& text) {
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   try {
-    FLX_TRY(check_keys(root, "config", {"cluster_name", "run_dir", "master", "owners", "owner", "client", "owner_address"}));
+    FLX_TRY(check_keys(root, "config", {"cluster_name", "run_dir", "master", "masters", "etcd", "owners", "owner",
+                                        "client", "owner_address"}));
     FLX_TRY(get_str(root, "cluster_name", "config", c.cluster_name));
     FLX_TRY(get_str(root, "run_dir", "config", c.run_dir));
     if (root["master"]) FLX_TRY(parse_master(root["master"], c.master));
+    FLX_TRY(parse_ha(root, c));
     if (root["owner"]) {
       OwnerConfig o;
       FLX_TRY(parse_owner(root["owner"], "owners[0]", o));
@@ -425,14 +468,25 @@ std::string describe(const ClusterConfig& c) {
   auto b = [](bool v) { return v ? "true" : "false"; };
   o << "cluster_name: " << c.cluster_name << "\n";
   if (!c.run_dir.empty()) o << "run_dir: " << c.run_dir << "\n";
-  const MasterConfig& m = c.master;
-  o << "master:\n  listen_host: " << m.listen_host << "\n  port: " << m.port << "\n  metrics_port: " << m.metrics_port
-    << "\n  get_inflight_ttl_ms: " << m.get_inflight_ttl_ms << "\n  replica_task_placement:\n"
-    << "    remote_only_node_roles: " << roles(m.remote_only_node_roles) << "\n"
-    << "    restrict_to_remote_only_node_roles: " << b(m.restrict_to_remote_only_node_roles) << "\n";
-  if (m.replica_cache_capacity_ratio > 0) o << "  replica_cache_capacity_ratio: " << m.replica_cache_capacity_ratio << "\n";
-  if (m.replica_writeback_tier1_capacity_ratio > 0)
-    o << "  replica_writeback_tier1_capacity_ratio: " << m.replica_writeback_tier1_capacity_ratio << "\n";
+  // A master's keys, each line after the first led by `in` (the first by `first`).
+  auto master = [&](const MasterConfig& m, const std::string& first, const std::string& in) {
+    o << first << "listen_host: " << m.listen_host << "\n" << in << "port: " << m.port << "\n" << in
+      << "metrics_port: " << m.metrics_port << "\n" << in << "get_inflight_ttl_ms: " << m.get_inflight_ttl_ms << "\n"
+      << in << "replica_task_placement:\n" << in << "  remote_only_node_roles: " << roles(m.remote_only_node_roles)
+      << "\n" << in << "  restrict_to_remote_only_node_roles: " << b(m.restrict_to_remote_only_node_roles) << "\n";
+    if (m.replica_cache_capacity_ratio > 0) o << in << "replica_cache_capacity_ratio: " << m.replica_cache_capacity_ratio << "\n";
+    if (m.replica_writeback_tier1_capacity_ratio > 0)
+      o << in << "replica_writeback_tier1_capacity_ratio: " << m.replica_writeback_tier1_capacity_ratio << "\n";
+  };
+  if (c.ha()) {
+    o << "etcd:\n  endpoints: [";
+    for (size_t i = 0; i < c.etcd.endpoints.size(); ++i) o << (i ? ", " : "") << c.etcd.endpoints[i];
+    o << "]\n  lease_ttl_ms: " << c.etcd.lease_ttl_ms << "\nmasters:\n";
+    for (const auto& x : c.masters) master(x, "  - ", "    ");
+  } else {
+    o << "master:\n";
+    master(c.master, "  ", "  ");
+  }
   o << (c.owners.empty() ? "owners: []\n" : "owners:\n");
   for (const auto& w : c.owners) {
     o << "  - node_id: " << w.node_id << "\n    role: " << w.role << "\n    listen_host: " << w.listen_host

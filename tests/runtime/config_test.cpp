@@ -238,3 +238,32 @@ TEST_CASE("config: replica_task_max_inflight is 1..64 on owners only") {
   CHECK(err("owners: [{replica_task_max_inflight: 0}]").find("replica_task_max_inflight: must be > 0") != std::string::npos);
   CHECK(err("master: {replica_task_max_inflight: 4}").find("owner-only") != std::string::npos);
 }
+
+TEST_CASE("config: the HA mode (etcd + masters) parses, and its description reads back the same") {
+  auto r = parse_config_text(R"(
+cluster_name: h
+etcd: {endpoints: [http://127.0.0.1:2379, http://10.0.0.2:2379], lease_ttl_ms: 3000}
+masters:
+  - {port: 7700, metrics_port: 9700, get_inflight_ttl_ms: 5000}
+  - {listen_host: 0.0.0.0, port: 7701}
+owners:
+  - {node_id: 1, contribute_to_cluster_pool_size: {dram: 64MiB}, local_reserve_grant_bytes: 16MiB}
+)");
+  REQUIRE(r.ok());
+  CHECK(r->ha());
+  CHECK(r->etcd.endpoints.size() == 2);
+  CHECK(r->etcd.lease_ttl_ms == 3000);
+  REQUIRE(r->masters.size() == 2);
+  CHECK(r->masters[0].get_inflight_ttl_ms == 5000);
+  CHECK(r->masters[1].listen_host == "0.0.0.0");
+  CHECK(r->masters[1].port == 7701);
+  CHECK(r->master.port == 7700);  // masters[0], for tools that need one
+  auto again = parse_config_text(describe(*r));
+  REQUIRE(again.ok());
+  CHECK(describe(*again) == describe(*r));
+  CHECK(again->masters.size() == 2);
+  CHECK(again->etcd.endpoints == r->etcd.endpoints);
+  CHECK(err("masters: [{port: 1}]") == "masters: the HA mode needs etcd: {endpoints: [http://host:port]}");
+  CHECK(err("etcd: {endpoints: [http://h:1]}\nmasters: [{port: 1, replica_target_roles: [remote_cache], x: 1}]") ==
+        "masters[0].x: unknown key");
+}

@@ -474,3 +474,44 @@ TEST_CASE("idle grants shrink: a dynamic owner gives back a grant whose every sl
   CHECK(e.owner(0).stats().grants == 4);
   CHECK(e.owner(0).counters().grants_shrunk_total == 0);
 }
+
+TEST_CASE("E2 fencing: an owner stamps its requests with the newest term and refuses replies of older ones") {
+  OwnerCore core(small_owner(), 1, "seg", 8ull << 20);
+  MasterCore master;
+  Outbox out;
+  core.start(0, out);
+  auto to_master = [&] {
+    std::vector<OwnerOut> m;
+    for (auto& o : out)
+      if (o.kind == OwnerOut::Kind::kMaster) m.push_back(std::move(o));
+    out.clear();
+    return m;
+  };
+  auto reg = to_master();
+  REQUIRE(reg.size() == 1);
+  CHECK(reg[0].env.term == 0);  // nothing seen yet
+  // The leader of term 7 answers: the owner takes its term.
+  Envelope rep = master.handle(reg[0].env, 0);
+  rep.term = 7;
+  core.on_master_reply(reg[0].token, rep, 1, out);
+  CHECK(core.master_term() == 7);
+  CHECK(core.counters().stale_term_replies_total == 0);
+  // etcd names a newer leader (term 9): every request from now on says 9...
+  core.see_master_term(9);
+  core.see_master_term(8);  // never lowered
+  CHECK(core.master_term() == 9);
+  core.on_master_reconnected(2, out);
+  auto again = to_master();
+  REQUIRE_FALSE(again.empty());
+  for (auto& o : again) CHECK(o.env.term == 9);
+  // ...and the deposed leader's answer (term 7) is refused: counted, not acted on.
+  Envelope stale = master.handle(again[0].env, 3);
+  stale.term = 7;
+  core.on_master_reply(again[0].token, stale, 3, out);
+  CHECK(core.counters().stale_term_replies_total == 1);
+  CHECK(core.master_term() == 9);
+  Envelope fresh = master.handle(again[0].env, 4);
+  fresh.term = 9;
+  core.on_master_reply(again[0].token, fresh, 4, out);
+  CHECK(core.counters().stale_term_replies_total == 1);
+}

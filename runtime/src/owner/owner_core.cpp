@@ -170,6 +170,13 @@ void OwnerCore::remove_prefix(uint64_t token, uint64_t session, const wire::Remo
 
 void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out) {
   now_ = now;
+  // Fencing: a deposed leader's answer (and the tasks and victims it carries) is never acted on;
+  // the job stays and its timer re-sends to the leader of the newest term.
+  if (reply.term < s_.master_term) {
+    s_.counters.stale_term_replies_total++;
+    return;
+  }
+  s_.master_term = reply.term;
   if (!reply.evict.empty()) take_tier_victims(reply, now, out);
   if (!reply.unbacked.empty()) writeback_.unbacked(reply.unbacked, now, out);
   const JobKind kind = OwnerShared::kind_of(token);

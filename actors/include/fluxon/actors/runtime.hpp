@@ -13,7 +13,8 @@
 namespace fluxon {
 
 // Daemons: block until SIGINT/SIGTERM, then stop cleanly (the owner removes its segment).
-int run_master_daemon(const ClusterConfig& cfg);
+// index: the master's entry in `masters:` (the HA mode); 0 with one master.
+int run_master_daemon(const ClusterConfig& cfg, int index = 0);
 int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id);
 
 Result<std::unique_ptr<OwnerLink>> open_owner_link(const ClusterConfig& cfg, LinkCallbacks cb);

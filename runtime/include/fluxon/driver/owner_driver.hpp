@@ -67,6 +67,7 @@ class OwnerDriver {
   // The link to the master is up (at start, or again after a reconnect) or down.
   void master_up(Millis now, bool reconnected);
   void master_down() { master_up_ = false; }
+  void see_master_term(uint64_t term) { core_.see_master_term(term); }
   void on_transfer_done(uint64_t id, const Status& result, Millis now);
   // Peers read these offsets of this owner's segment for their readers (the data plane's log, which
   // let `dropped_total` go so far).

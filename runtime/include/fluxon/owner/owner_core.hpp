@@ -16,6 +16,7 @@
 //   WriteBack        owner-hot write-back and demotion                writeback
 //   Exists           exists_prefix questions                          exists
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <map>
@@ -51,6 +52,10 @@ class OwnerCore {
   // The request `token` failed in transport (timeout, disconnect): nothing is freed on a guess (T1);
   // the job is retried from tick() with the same identity.
   void on_master_failure(uint64_t token);
+  // A master term learned outside a reply (etcd names a new leader): from now on replies of older
+  // terms are refused. Never lowers it.
+  void see_master_term(uint64_t term) { s_.master_term = std::max(s_.master_term, term); }
+  uint64_t master_term() const { return s_.master_term; }
   void tick(Millis now, Outbox& out);
   void close_session(uint64_t session, Outbox& out);
   // The master is reachable again (reconnected; maybe restarted with no state): register, re-publish

@@ -156,6 +156,8 @@
   X(errors_total, "fluxon_owner_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_owner_malformed_total", "", "Malformed or unexpected messages rejected") \
   X(generation_mismatch_total, "fluxon_owner_generation_mismatch_total", "", "Requests for another owner generation") \
+  X(stale_term_replies_total, "fluxon_owner_stale_term_replies_total", "",                                  \
+    "Master replies refused: their term is older than the newest this owner has seen (a deposed leader)") \
   X(removed_by_prefix_total, "fluxon_owner_removed_by_prefix_total", "", "Values removed by remove_prefix (SGLang clear())")
 
 // Bounds reached (OwnerCoreConfig::Limits), each declared where its queue is: what was refused instead of queued.

@@ -96,6 +96,7 @@ struct OwnerShared {
   OwnerCounters counters;
   uint64_t live_routes = 0;     // master routes to this owner's slots
   bool replica_target = false;  // the master hands this owner replica tasks (learned at registration)
+  uint64_t master_term = 0;     // the newest master term seen (from etcd or a reply): older ones are fenced
 
   uint64_t new_token(JobKind k) { return (next_number_++ << 4) | uint64_t(k); }
   static JobKind kind_of(uint64_t token) { return JobKind(token & 0xF); }
@@ -113,6 +114,7 @@ struct OwnerShared {
     out.push_back(OwnerOut{OwnerOut::Kind::kNote, session, 0, std::move(env)});
   }
   void to_master(uint64_t token, Envelope env, Outbox& out) {
+    env.term = master_term;
     out.push_back(OwnerOut{OwnerOut::Kind::kMaster, 0, token, std::move(env)});
   }
   void reply_error(uint64_t session, uint64_t token, const Status& s, Outbox& out) {

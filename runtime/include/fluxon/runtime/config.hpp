@@ -1,6 +1,7 @@
 // Cluster configuration (YAML; JSON is valid YAML). Parsed and validated once, at the edge:
 // every rejection names the field.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -82,10 +83,25 @@ struct ClientConfig {
   uint32_t channel_spin_us = 50;  // a caller spins this long for its reply before it sleeps
 };
 
+// The HA mode's coordination: etcd's v3 API (its JSON gateway) at these endpoints.
+struct EtcdConfig {
+  std::vector<std::string> endpoints;  // "http://host:port"
+  // The leader's lease: a killed leader is replaced within about this long (etcd grants whole seconds).
+  uint32_t lease_ttl_ms = 2000;
+  bool enabled() const { return !endpoints.empty(); }
+  // How often a standby master and an owner read the leadership key.
+  uint32_t poll_ms() const { return std::max<uint32_t>(20, std::min<uint32_t>(lease_ttl_ms / 10, 200)); }
+};
+
 struct ClusterConfig {
   std::string cluster_name = "fluxon";
   std::string run_dir;              // pid files and logs of `fluxon cluster`; default /tmp/fluxon-<name>
+  // The single-master mode's master; in the HA mode, masters[0] (what tools that need one read).
   MasterConfig master;
+  // The HA mode: these masters campaign through etcd; the one elected serves (`fluxon master --index N`).
+  std::vector<MasterConfig> masters;
+  EtcdConfig etcd;
+  bool ha() const { return !masters.empty(); }
   std::vector<OwnerConfig> owners;
   ClientConfig client;
   bool embedded() const { return client.owner_address.empty(); }

@@ -1,0 +1,229 @@
+"""The HA mode with real processes: a real etcd (Debian's etcd-server), two masters campaigning
+through it, two owners that find the leader through it (E1, E2 of fluxon/master/election.hpp)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import fluxon
+from conftest import CHANNEL, FLUXON_BIN, free_port, metric, wait_port
+from test_remote import _put, _read
+
+ETCD = shutil.which("etcd") or "/usr/sbin/etcd"
+
+
+class HaCluster:
+    """etcd + masters[0..1] + owners 1..2, every one a process of its own."""
+
+    def __init__(self, tmp: Path, name: str, lease_ttl_ms: int = 1000):
+        self.tmp, self.name = tmp, name
+        self.etcd_port, self.peer_port = free_port(), free_port()
+        self.master_ports = [free_port(), free_port()]
+        self.master_metrics = [free_port(), free_port()]
+        self.owner_ports = [free_port(), free_port()]
+        self.owner_metrics = [free_port(), free_port()]
+        self.etcd_dir = tmp / "etcd-data"
+        lines = [f"cluster_name: {name}", f"run_dir: {tmp}",
+                 f"etcd: {{endpoints: [http://127.0.0.1:{self.etcd_port}], lease_ttl_ms: {lease_ttl_ms}}}",
+                 "masters:"]
+        lines += [f"  - {{port: {p}, metrics_port: {m}}}" for p, m in zip(self.master_ports, self.master_metrics)]
+        lines.append("owners:")
+        for i, (p, m) in enumerate(zip(self.owner_ports, self.owner_metrics)):
+            lines += [f"  - node_id: {i + 1}", f"    port: {p}", f"    metrics_port: {m}",
+                      "    contribute_to_cluster_pool_size: {dram: 128MiB}", "    local_reserve_grant_bytes: 16MiB",
+                      "    local_reserve_hard_timeout_ms: 5000", "    data_timeout_ms: 2000"]
+        self.config = tmp / f"{name}.yaml"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.etcd = None
+        self.masters = [None, None]
+        self.owners = [None, None]
+
+    def _spawn(self, args, log):
+        return subprocess.Popen(args, stdout=open(self.tmp / log, "ab"), stderr=subprocess.STDOUT)
+
+    def start(self):
+        # A one-member etcd with a short raft heartbeat: etcd grants leases no shorter than 1.5
+        # election timeouts, so a 1 s lease needs an election timeout of 500 ms.
+        url, peer = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{self.peer_port}"
+        self.etcd = self._spawn([ETCD, "--name", "t", "--data-dir", str(self.etcd_dir),
+                                 "--listen-client-urls", url, "--advertise-client-urls", url,
+                                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                 "--initial-cluster", f"t={peer}", "--heartbeat-interval", "50",
+                                 "--election-timeout", "500"], "etcd.log")
+        wait_port(self.etcd_port, self.etcd)
+        for i in range(2):
+            self.start_master(i)
+        for i in range(2):
+            self.owners[i] = self._spawn([FLUXON_BIN, "owner", "--config", str(self.config), "--node-id", str(i + 1)],
+                                         f"owner-{i + 1}.log")
+            wait_port(self.owner_ports[i], self.owners[i])
+        return self
+
+    def start_master(self, i):
+        self.masters[i] = self._spawn([FLUXON_BIN, "master", "--config", str(self.config), "--index", str(i)],
+                                      f"master-{i}.log")
+        wait_port(self.master_ports[i], self.masters[i])
+
+    def stop(self):
+        for p in self.owners + self.masters:
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if self.etcd and self.etcd.poll() is None:
+            self.etcd.send_signal(signal.SIGTERM)
+            self.etcd.wait(timeout=10)
+        shutil.rmtree(self.etcd_dir, ignore_errors=True)  # its WAL preallocates 64 MB
+
+    def client(self, i):
+        return fluxon.KvClient({"cluster_name": self.name,
+                                "client": {"owner_address": f"127.0.0.1:{self.owner_ports[i]}",
+                                           "rpc_timeout_ms": 10000, "channel": CHANNEL}})
+
+    def leader_key(self):
+        """The leadership key as etcd holds it: (address, term), read through the JSON gateway."""
+        import base64
+        import json
+        key = base64.b64encode(f"/fluxon/{self.name}/leader".encode()).decode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.etcd_port}/v3/kv/range",
+                                     data=json.dumps({"key": key}).encode(), method="POST")
+        kvs = json.loads(urllib.request.urlopen(req, timeout=5).read()).get("kvs", [])
+        if not kvs:
+            return None
+        return base64.b64decode(kvs[0]["value"]).decode(), int(kvs[0]["create_revision"])
+
+    def gauge(self, i, name):
+        try:
+            return metric(self.master_metrics[i], name)
+        except OSError:
+            return None
+
+    def wait_leader(self, timeout=10.0, other_than=None):
+        """The index of the master that leads (etcd's key names it and its /metrics says so)."""
+        end = time.time() + timeout
+        while time.time() < end:
+            k = self.leader_key()
+            if k:
+                i = self.master_ports.index(int(k[0].rsplit(":", 1)[1]))
+                if i != other_than and self.gauge(i, "fluxon_master_leader") == 1:
+                    return i, k[1]
+            time.sleep(0.05)
+        raise AssertionError(f"no leader in {timeout} s: etcd says {self.leader_key()}")
+
+
+@pytest.fixture
+def ha(tmp_path):
+    c = HaCluster(tmp_path, f"ha{os.getpid()}x{free_port()}").start()
+    yield c
+    c.stop()
+
+
+def _remote_hit(c, keys, size):
+    r, vals = _read(c, keys, size)
+    return r.transferable_len == len(keys), vals
+
+
+def test_e1_e2_one_leader_and_a_killed_leader_replaced_with_every_route_resynced(ha):
+    lead, term = ha.wait_leader()
+    assert ha.gauge(1 - lead, "fluxon_master_leader") == 0
+    assert ha.gauge(1 - lead, "fluxon_master_term") == term  # the standby knows the leader's term
+    a, b = ha.client(0), ha.client(1)
+    before = [f"before{i}" for i in range(16)]
+    vals = _put(a, before, 4096, seed=1)
+    probe = [f"probe{i}" for i in range(4)]
+    _put(a, probe, 4096, seed=2)
+    ok, got = _remote_hit(b, probe, 4096)
+    assert ok  # the leader routes a remote get
+    # kill -9: no resignation, the standby waits out the lease.
+    ha.masters[lead].kill()
+    ha.masters[lead].wait()
+    killed = time.time()
+    first_remote = None
+    while time.time() - killed < 15:
+        ok, got = _remote_hit(b, before, 4096)
+        if ok:
+            first_remote = time.time() - killed
+            break
+        time.sleep(0.02)
+    assert first_remote is not None, "no remote get through a new leader in 15 s"
+    assert got == [vals[k] for k in before]  # routes of the dead leader's term, resynced by owner 1
+    print(f"\nfirst remote get through the new leader {first_remote * 1000:.0f} ms after kill -9 "
+          f"(lease 1000 ms)")
+    new, new_term = ha.wait_leader()
+    assert new == 1 - lead and new_term > term  # E2: terms grow
+    # The killed master comes back as a standby of the new term.
+    ha.start_master(lead)
+    end = time.time() + 10
+    while ha.gauge(lead, "fluxon_master_term") != new_term and time.time() < end:
+        time.sleep(0.1)
+    assert ha.gauge(lead, "fluxon_master_term") == new_term
+    assert ha.gauge(lead, "fluxon_master_leader") == 0
+    assert ha.leader_key()[1] == new_term
+    a.close()
+    b.close()
+
+
+def test_e1_a_leader_paused_past_its_lease_is_replaced_and_never_serves_again(ha):
+    """SIGSTOP the leader past its lease: the standby leads; SIGCONT: the old leader finds its lease
+    gone before it answers anything, becomes a standby, and the cluster keeps one leader."""
+    lead, term = ha.wait_leader()
+    a, b = ha.client(0), ha.client(1)
+    ha.masters[lead].send_signal(signal.SIGSTOP)
+    new, new_term = ha.wait_leader(timeout=10, other_than=lead)
+    assert new_term > term
+    keys = [f"paused{i}" for i in range(8)]
+    vals = _put(a, keys, 4096, seed=3)  # published through the new leader
+    end = time.time() + 10
+    ok, got = _remote_hit(b, keys, 4096)
+    while not ok and time.time() < end:
+        time.sleep(0.05)
+        ok, got = _remote_hit(b, keys, 4096)
+    assert ok and got == [vals[k] for k in keys]
+    ha.masters[lead].send_signal(signal.SIGCONT)
+    end = time.time() + 10
+    while time.time() < end:
+        if ha.gauge(lead, "fluxon_master_step_downs_total") == 1 and ha.gauge(lead, "fluxon_master_leader") == 0:
+            break
+        time.sleep(0.1)
+    assert ha.gauge(lead, "fluxon_master_step_downs_total") == 1
+    for _ in range(10):  # one leader, the new one, at its term
+        assert ha.gauge(lead, "fluxon_master_leader") == 0
+        assert ha.gauge(new, "fluxon_master_leader") == 1
+        assert ha.leader_key() == (f"127.0.0.1:{ha.master_ports[new]}", new_term)
+        time.sleep(0.2)
+    more = [f"after{i}" for i in range(8)]
+    vals = _put(a, more, 4096, seed=4)
+    ok, got = _remote_hit(b, more, 4096)
+    assert ok and got == [vals[k] for k in more]
+    a.close()
+    b.close()
+
+
+def test_ha_config_errors_name_the_key(tmp_path):
+    cases = {
+        "masters: [{port: 1}]\n": "masters: the HA mode needs etcd",
+        "etcd: {endpoints: [http://127.0.0.1:1]}\n": "etcd: only the HA mode uses it",
+        "etcd: {endpoints: [https://h:1]}\nmasters: [{port: 1}]\n": "etcd.endpoints[0]: 'https://h:1': https is not supported",
+        "etcd: {endpoints: [http://h:1], lease_ttl_ms: 1500}\nmasters: [{port: 1}]\n": "etcd.lease_ttl_ms",
+        "etcd: {endpoints: [http://h:1]}\nmasters: [{port: 1}, {port: 1}]\n": "masters[1].port",
+        "etcd: {endpoints: [http://h:1]}\nmaster: {port: 2}\nmasters: [{port: 1}]\n": "masters: give either",
+        "etcd: {endpoints: [http://h:1], ttl: 3}\nmasters: [{port: 1}]\n": "etcd.ttl: unknown key",
+    }
+    for text, want in cases.items():
+        f = tmp_path / "bad.yaml"
+        f.write_text(text)
+        r = subprocess.run([FLUXON_BIN, "config", "check", str(f)], capture_output=True, text=True)
+        assert r.returncode != 0 and want in r.stderr + r.stdout, (text, r.stderr)
+    f.write_text("etcd: {endpoints: [http://h:1]}\nmasters: [{port: 1}, {port: 2}]\n")
+    r = subprocess.run([FLUXON_BIN, "master", "--config", str(f), "--index", "2"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--index 2: the config lists 2 masters" in r.stderr

@@ -1,0 +1,205 @@
+// ElectionCore (E1: a leader serves only while its lease is certainly alive; E2: terms only grow)
+// and the etcd client's helpers. The real etcd runs in tests/python/test_ha.py.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <vector>
+#include <optional>
+
+#include "fluxon/master/election.hpp"
+#include "fluxon/runtime/etcd.hpp"
+
+using namespace fluxon;
+using Do = ElectionCore::Do;
+
+namespace {
+
+// etcd as far as an election sees it: leases with a deadline, one key, a revision counter. Every
+// request is delivered at `arrive` (after it was sent); a lease lives ttl from its last arrival.
+struct ModelEtcd {
+  int64_t revision = 1, next_lease = 100;
+  std::map<int64_t, int64_t> lease_until;  // lease -> expiry at etcd
+  std::optional<std::pair<LeaderRecord, int64_t>> key;  // holder, its lease
+
+  void expire(int64_t now) {
+    for (auto it = lease_until.begin(); it != lease_until.end();)
+      if (it->second <= now) {
+        if (key && key->second == it->first) key.reset();
+        it = lease_until.erase(it);
+      } else {
+        ++it;
+      }
+  }
+};
+
+// One master: asks its core, lets the model answer with a delivery delay, feeds the answer back.
+struct Member {
+  ElectionCore core;
+  explicit Member(const std::string& addr, int64_t ttl = 1000) : core(ElectionCore::Options{ttl, 50, addr}) {}
+
+  void step(ModelEtcd& etcd, int64_t now, int64_t delay, bool reachable = true) {
+    const auto a = core.next(now);
+    if (a.what == Do::kWait) return;
+    const int64_t arrive = now + delay;
+    etcd.expire(arrive);
+    if (!reachable) return core.failed(now + delay);
+    switch (a.what) {
+      case Do::kGrant: {
+        const int64_t id = etcd.next_lease++;
+        etcd.lease_until[id] = arrive + 1000;
+        return core.granted(id, now);
+      }
+      case Do::kCampaign: {
+        if (!etcd.lease_until.count(a.lease)) return core.failed(now + delay);
+        if (!etcd.key) {
+          etcd.key = {{addr(), uint64_t(++etcd.revision)}, a.lease};
+          return core.campaigned(true, etcd.key->first, now);
+        }
+        return core.campaigned(false, etcd.key->first, now);
+      }
+      case Do::kKeepAlive: {
+        auto it = etcd.lease_until.find(a.lease);
+        if (it == etcd.lease_until.end()) return core.kept_alive(false, now);
+        it->second = arrive + 1000;
+        return core.kept_alive(true, now);
+      }
+      case Do::kReadLeader:
+        return core.read_leader(etcd.key ? std::optional<LeaderRecord>(etcd.key->first) : std::nullopt, now + delay);
+      case Do::kResign:
+        if (etcd.key && etcd.key->second == a.lease) etcd.key.reset();
+        etcd.lease_until.erase(a.lease);
+        return core.resigned();
+      default: return;
+    }
+  }
+  std::string addr() const { return name; }
+  std::string name;
+};
+
+}  // namespace
+
+TEST_CASE("E1 E2: one of two masters leads, a killed leader is replaced after its lease, terms grow") {
+  ModelEtcd etcd;
+  Member a("a:1"), b("b:1");
+  a.name = "a:1";
+  b.name = "b:1";
+  int64_t now = 0;
+  for (; now < 500; now += 5) {
+    a.step(etcd, now, 2);
+    b.step(etcd, now, 2);
+  }
+  REQUIRE(a.core.serving(now) != b.core.serving(now));
+  Member& leader = a.core.serving(now) ? a : b;
+  Member& standby = a.core.serving(now) ? b : a;
+  const uint64_t t1 = leader.core.term();
+  CHECK(standby.core.term() == t1);  // the standby knows who leads
+  CHECK(standby.core.leader()->address == leader.name);
+  // The leader stays while it renews.
+  for (; now < 5000; now += 5) {
+    leader.step(etcd, now, 2);
+    standby.step(etcd, now, 2);
+    CHECK_FALSE(standby.core.serving(now));
+  }
+  CHECK(leader.core.serving(now));
+  // Killed: it never runs again. The standby takes over once the lease expired at etcd, not before.
+  const int64_t killed = now;
+  for (; !standby.core.serving(now) && now < killed + 3000; now += 5) standby.step(etcd, now, 2);
+  CHECK(standby.core.serving(now));
+  CHECK(now >= killed + 600);   // the lease outlives the last renewal by its TTL minus the renew period
+  CHECK(now <= killed + 1300);  // and the standby's poll finds the key gone soon after
+  CHECK(standby.core.term() > t1);
+}
+
+TEST_CASE("E1: a leader paused past its lease serves nothing when it resumes, while the new one serves") {
+  ModelEtcd etcd;
+  Member a("a:1"), b("b:1");
+  a.name = "a:1";
+  b.name = "b:1";
+  int64_t now = 0;
+  for (; now < 500; now += 5) {
+    a.step(etcd, now, 2);
+    b.step(etcd, now, 2);
+  }
+  Member& old = a.core.serving(now) ? a : b;
+  Member& next = a.core.serving(now) ? b : a;
+  // SIGSTOP: `old` takes no step for 3 s; at every instant at most one of them serves.
+  const int64_t resume = now + 3000;
+  for (; now < resume; now += 5) {
+    next.step(etcd, now, 2);
+    CHECK_FALSE((old.core.serving(now) && next.core.serving(now)));
+  }
+  CHECK(next.core.serving(now));
+  CHECK_FALSE(old.core.serving(now));  // before it takes a step: the check needs no etcd answer
+  for (int64_t end = now + 2000; now < end; now += 5) {
+    old.step(etcd, now, 2);
+    next.step(etcd, now, 2);
+    CHECK_FALSE(old.core.serving(now));
+  }
+  CHECK(old.core.role() == ElectionCore::Role::kStandby);
+  CHECK(old.core.step_downs() == 1);
+  CHECK(old.core.term() == next.core.term());
+}
+
+TEST_CASE("E1: with etcd unreachable the leader serves until its lease could have ended, then steps down") {
+  ModelEtcd etcd;
+  Member a("a:1");
+  a.name = "a:1";
+  int64_t now = 0;
+  for (; now < 300; now += 5) a.step(etcd, now, 2);
+  REQUIRE(a.core.serving(now));
+  int64_t last_ok = now;
+  for (; now < 1000; now += 5) a.step(etcd, now, 2);
+  last_ok = now;
+  int64_t stopped = -1;
+  for (; now < last_ok + 3000; now += 5) {
+    a.step(etcd, now, 2, /*reachable=*/false);
+    if (!a.core.serving(now) && stopped < 0) stopped = now;
+  }
+  REQUIRE(stopped > 0);
+  CHECK(stopped <= last_ok + 1000);   // never past the lease it last renewed
+  CHECK(stopped >= last_ok + 500);    // and not at the first failed call
+  CHECK(a.core.step_downs() == 1);
+  // etcd back: it campaigns again (its old lease expired there) and leads at a newer term.
+  const uint64_t before = a.core.term();
+  for (int64_t end = now + 3000; now < end; now += 5) a.step(etcd, now, 2);
+  CHECK(a.core.serving(now));
+  CHECK(a.core.term() > before);
+}
+
+TEST_CASE("E1: a keepalive etcd answers 'gone' ends the leadership at once; stop() resigns the key") {
+  ModelEtcd etcd;
+  Member a("a:1");
+  a.name = "a:1";
+  int64_t now = 0;
+  for (; now < 300; now += 5) a.step(etcd, now, 2);
+  REQUIRE(a.core.serving(now));
+  etcd.lease_until.clear();  // revoked behind its back (an operator, or etcd restored from a snapshot)
+  etcd.key.reset();
+  for (int i = 0; i < 400 && a.core.serving(now); ++i, now += 5) a.step(etcd, now, 2);
+  CHECK_FALSE(a.core.serving(now));
+  for (int64_t end = now + 1000; now < end; now += 5) a.step(etcd, now, 2);
+  REQUIRE(a.core.serving(now));
+  a.core.stop();
+  CHECK_FALSE(a.core.serving(now));
+  a.step(etcd, now, 2);
+  CHECK_FALSE(etcd.key.has_value());  // resigned: a standby need not wait out the lease
+  CHECK(a.core.stopped());
+}
+
+TEST_CASE("etcd helpers: base64 both ways, endpoints that name what is wrong") {
+  for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd", "/fluxon/c/leader", std::string("\0\xff\x10", 3)}) {
+    auto d = base64_decode(base64_encode(s));
+    REQUIRE(d.ok());
+    CHECK(*d == s);
+  }
+  CHECK(base64_encode("/fluxon") == "L2ZsdXhvbg==");
+  CHECK_FALSE(base64_decode("L2Z*").ok());
+  auto ok = parse_http_endpoint("http://127.0.0.1:2379");
+  REQUIRE(ok.ok());
+  CHECK(ok->first == "127.0.0.1");
+  CHECK(ok->second == 2379);
+  CHECK(parse_http_endpoint("https://h:1").status().message().find("https is not supported") != std::string::npos);
+  CHECK_FALSE(parse_http_endpoint("127.0.0.1:2379").ok());
+  CHECK_FALSE(parse_http_endpoint("http://h:0").ok());
+  CHECK_FALSE(parse_http_endpoint("http://h:99999").ok());
+}
