@@ -1,5 +1,8 @@
 #include "cluster.hpp"
 
+#include "fluxon/runtime/campaign.hpp"
+#include "fluxon/runtime/etcd.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -9,8 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -20,20 +27,43 @@ namespace fluxon::tools {
 namespace {
 
 struct Proc {
-  std::string name;  // master, owner-1, ...
+  std::string name;  // etcd, master (master-0, ... in the HA mode), owner-1, ...
   std::vector<std::string> args;
   std::string host;
   uint16_t port;
+  std::string exe;  // empty: fluxon itself
 };
+
+// The etcd `cluster up` starts for an HA config whose first endpoint is on this host and not
+// served yet: one member, its data in run_dir, a 50 ms raft heartbeat (leases of 1 s are granted).
+std::optional<Proc> etcd_proc(const ClusterConfig& cfg, const std::string& dir) {
+  if (!cfg.ha()) return std::nullopt;
+  auto hp = parse_http_endpoint(cfg.etcd.endpoints[0]);
+  if (!hp.ok() || (hp->first != "127.0.0.1" && hp->first != "localhost")) return std::nullopt;
+  const std::string url = cfg.etcd.endpoints[0];
+  const std::string peer = "http://127.0.0.1:" + std::to_string(hp->second + 1);
+  return Proc{"etcd",
+              {"--name", "fluxon", "--data-dir", dir + "/etcd-data", "--listen-client-urls", url,
+               "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+               "--initial-cluster", "fluxon=" + peer, "--heartbeat-interval", "50", "--election-timeout", "500"},
+              "127.0.0.1",
+              hp->second,
+              "etcd"};
+}
 
 std::vector<Proc> procs_of(const std::string& config_path, const ClusterConfig& cfg) {
   std::vector<Proc> v;
-  v.push_back({"master", {"master", "--config", config_path}, cfg.master.listen_host, cfg.master.port});
+  if (auto e = etcd_proc(cfg, run_dir_of(cfg))) v.push_back(*e);
+  for (size_t i = 0; i < cfg.masters.size(); ++i)
+    v.push_back({"master-" + std::to_string(i), {"master", "--config", config_path, "--index", std::to_string(i)},
+                 cfg.masters[i].listen_host, cfg.masters[i].port, ""});
+  if (!cfg.ha()) v.push_back({"master", {"master", "--config", config_path}, cfg.master.listen_host, cfg.master.port, ""});
   for (const auto& o : cfg.owners)
     v.push_back({"owner-" + std::to_string(o.node_id),
                  {"owner", "--config", config_path, "--node-id", std::to_string(o.node_id)},
                  o.listen_host,
-                 o.port});
+                 o.port,
+                 ""});
   return v;
 }
 
@@ -85,6 +115,10 @@ int cluster_up(const std::string& config_path, const ClusterConfig& cfg, const s
       std::printf("%-10s already running (pid %d)\n", p.name.c_str(), read_pid(pidf));
       continue;
     }
+    if (p.name == "etcd" && port_open(p.host, p.port)) {
+      std::printf("%-10s already served at %s:%u (not started here)\n", p.name.c_str(), p.host.c_str(), p.port);
+      continue;
+    }
     if (port_open(p.host, p.port)) {
       std::fprintf(stderr, "%s: port %s:%u is taken by another process\n", p.name.c_str(), p.host.c_str(), p.port);
       return 1;
@@ -98,11 +132,14 @@ int cluster_up(const std::string& config_path, const ClusterConfig& cfg, const s
       dup2(fd, 2);
       int nul = open("/dev/null", O_RDONLY);
       dup2(nul, 0);
+      const std::string exe = p.exe.empty() ? self_exe : p.exe;
       std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(self_exe.c_str()));
+      argv.push_back(const_cast<char*>(exe.c_str()));
       for (auto& a : p.args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      execv(self_exe.c_str(), argv.data());
+      if (p.exe.empty()) execv(exe.c_str(), argv.data());
+      else execvp(exe.c_str(), argv.data());  // etcd: from PATH (Debian's etcd-server)
+      std::fprintf(stderr, "cannot start %s: %s\n", exe.c_str(), std::strerror(errno));
       _exit(127);
     }
     std::ofstream(pidf) << pid << "\n";
@@ -147,6 +184,7 @@ int cluster_down(const ClusterConfig& cfg) {
       std::printf("%-10s down\n", it->name.c_str());
     }
     unlink(pidf.c_str());
+    if (it->name == "etcd") std::filesystem::remove_all(dir + "/etcd-data");  // only election state: gone with it
   }
   return 0;
 }
@@ -160,6 +198,23 @@ int cluster_status(const ClusterConfig& cfg) {
     std::printf("%-10s %-8s pid %-7d %s:%u %s\n", p.name.c_str(), a ? "running" : "stopped", a ? pid : 0,
                 p.host.c_str(), p.port, l ? "listening" : "not listening");
     if (!a || !l) down++;
+  }
+  if (cfg.ha()) {  // who leads, as etcd says
+    EtcdClient etcd(cfg.etcd.endpoints, 1000);
+    auto k = etcd.get(leader_key(cfg.cluster_name));
+    if (!k.ok()) {
+      std::printf("leader     unknown: %s\n", k.status().to_string().c_str());
+      down++;
+    } else if (!*k) {
+      std::printf("leader     none (no master holds the leadership key)\n");
+      down++;
+    } else {
+      std::string which;
+      for (size_t i = 0; i < cfg.masters.size(); ++i)
+        if ((*k)->value == connect_host(cfg.masters[i].listen_host) + ":" + std::to_string(cfg.masters[i].port))
+          which = "master-" + std::to_string(i) + " ";
+      std::printf("leader     %s%s term %lld\n", which.c_str(), (*k)->value.c_str(), (long long)(*k)->create_revision);
+    }
   }
   return down == 0 ? 0 : 3;
 }

@@ -227,3 +227,34 @@ def test_ha_config_errors_name_the_key(tmp_path):
     f.write_text("etcd: {endpoints: [http://h:1]}\nmasters: [{port: 1}, {port: 2}]\n")
     r = subprocess.run([FLUXON_BIN, "master", "--config", str(f), "--index", "2"], capture_output=True, text=True)
     assert r.returncode == 2 and "--index 2: the config lists 2 masters" in r.stderr
+
+
+def test_cluster_up_starts_etcd_and_the_masters_and_status_names_the_leader(tmp_path):
+    name = f"hac{os.getpid()}x{free_port()}"
+    etcd_port = free_port()
+    ports = [free_port() for _ in range(3)]
+    cfg = tmp_path / "ha.yaml"
+    cfg.write_text(f"cluster_name: {name}\nrun_dir: {tmp_path / 'run'}\n"
+                   f"etcd: {{endpoints: [http://127.0.0.1:{etcd_port}], lease_ttl_ms: 1000}}\n"
+                   f"masters: [{{port: {ports[0]}}}, {{port: {ports[1]}}}]\n"
+                   f"owners: [{{node_id: 1, port: {ports[2]}, contribute_to_cluster_pool_size: {{dram: 64MiB}}, "
+                   f"local_reserve_grant_bytes: 16MiB}}]\n")
+    try:
+        up = subprocess.run([FLUXON_BIN, "cluster", "up", str(cfg)], capture_output=True, text=True, timeout=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+        for p in ("etcd", "master-0", "master-1", "owner-1"):
+            assert f"{p} " in up.stdout and (tmp_path / "run" / f"{p}.pid").exists()
+        end = time.time() + 10
+        while True:
+            st = subprocess.run([FLUXON_BIN, "cluster", "status", str(cfg)], capture_output=True, text=True)
+            if st.returncode == 0 or time.time() > end:
+                break
+            time.sleep(0.2)
+        assert st.returncode == 0, st.stdout
+        leader = [l for l in st.stdout.splitlines() if l.startswith("leader")]
+        assert len(leader) == 1 and "term " in leader[0] and ("master-0" in leader[0] or "master-1" in leader[0])
+    finally:
+        down = subprocess.run([FLUXON_BIN, "cluster", "down", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0
+    assert not (tmp_path / "run" / "etcd-data").exists()
+    assert not list((tmp_path / "run").glob("*.pid"))
