@@ -258,3 +258,32 @@ def test_cluster_up_starts_etcd_and_the_masters_and_status_names_the_leader(tmp_
     assert down.returncode == 0
     assert not (tmp_path / "run" / "etcd-data").exists()
     assert not list((tmp_path / "run").glob("*.pid"))
+
+
+def test_e1_etcd_unreachable_the_leader_steps_down_owners_keep_local_service_and_a_leader_returns(ha):
+    """SIGSTOP etcd: every etcd call times out. The leader serves until its lease could have ended,
+    then steps down; owners keep serving local puts and gets (V1) throughout; SIGCONT: a leader is
+    elected again and the publications made meanwhile complete."""
+    lead, term = ha.wait_leader()
+    a = ha.client(0)
+    ha.etcd.send_signal(signal.SIGSTOP)
+    try:
+        end = time.time() + 10
+        while ha.gauge(lead, "fluxon_master_leader") != 0 and time.time() < end:
+            time.sleep(0.1)
+        assert ha.gauge(lead, "fluxon_master_leader") == 0  # stepped down: its lease may have ended
+        assert ha.gauge(lead, "fluxon_master_step_downs_total") == 1
+        assert ha.gauge(lead, "fluxon_master_etcd_errors_total") > 0
+        keys = [f"outage{i}" for i in range(8)]
+        p = a.local_fast_put_start(keys, 4096)
+        fut = a.local_fast_put_commit(p)  # local-ready at once (V1)
+        h, r = a.get_start(keys)
+        assert r.all_hit
+        a.cancel_get_transfer(h)
+        assert not fut.wait(0.5)  # published only once a leader is back
+    finally:
+        ha.etcd.send_signal(signal.SIGCONT)
+    new, new_term = ha.wait_leader(timeout=15)
+    assert new_term > term
+    fut.result(20)
+    a.close()

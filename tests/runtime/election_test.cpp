@@ -166,7 +166,7 @@ TEST_CASE("E1: with etcd unreachable the leader serves until its lease could hav
   CHECK(a.core.term() > before);
 }
 
-TEST_CASE("E1: a keepalive etcd answers 'gone' ends the leadership at once; stop() resigns the key") {
+TEST_CASE("E1: a keepalive etcd answers 'gone' ends the leadership at once, stop() resigns the key") {
   ModelEtcd etcd;
   Member a("a:1");
   a.name = "a:1";
