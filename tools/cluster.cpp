@@ -84,8 +84,6 @@ bool alive(int pid) {
   return close_paren == std::string::npos || close_paren + 2 >= line.size() || line[close_paren + 2] != 'Z';
 }
 
-std::string connect_host(const std::string& h) { return h == "0.0.0.0" ? "127.0.0.1" : h; }
-
 }  // namespace
 
 std::string run_dir_of(const ClusterConfig& cfg) {
@@ -211,7 +209,7 @@ int cluster_status(const ClusterConfig& cfg) {
     } else {
       std::string which;
       for (size_t i = 0; i < cfg.masters.size(); ++i)
-        if ((*k)->value == connect_host(cfg.masters[i].listen_host) + ":" + std::to_string(cfg.masters[i].port))
+        if ((*k)->value == cfg.masters[i].address())
           which = "master-" + std::to_string(i) + " ";
       std::printf("leader     %s%s term %lld\n", which.c_str(), (*k)->value.c_str(), (long long)(*k)->create_revision);
     }

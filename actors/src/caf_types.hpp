@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "fluxon/runtime/clock.hpp"
+
 namespace fluxon::actors {
 
 struct Blob {
@@ -47,11 +49,7 @@ inline void configure(caf::actor_system_config& cfg, bool network) {
   if (network) cfg.load<caf::io::middleman>();
 }
 
-inline int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+inline int64_t now_ms() { return steady_now_ms(); }
 
 // Spawns the actors of one node kind inside `sys` (definitions in master_actor.cpp / owner_actor.cpp).
 }  // namespace fluxon::actors

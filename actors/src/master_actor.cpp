@@ -82,7 +82,7 @@ bool leads(MasterState& st) {
   return true;
 }
 
-Envelope not_leader(MasterState& st, const std::string& why) {
+Envelope not_leader(const std::string& why) {
   Envelope e = error_envelope(Status(Code::kClosed, why));
   e.term = 0;  // not a leader's answer: an owner that saw any term refuses it
   return e;
@@ -92,12 +92,12 @@ Envelope serve(MasterState& st, Envelope& req) {
   if (!leads(st)) {
     st.not_leader_total++;
     const std::string at = st.campaign->leader_address();
-    return not_leader(st, "this master does not lead" + (at.empty() ? std::string() : " (the leader: " + at + ")"));
+    return not_leader("this master does not lead" + (at.empty() ? std::string() : " (the leader: " + at + ")"));
   }
   if (req.term > st.term) {  // an owner saw a newer leader: this one is deposed, whatever it believes
     st.newer_term_total++;
     st.campaign->poke();
-    return not_leader(st, "term " + std::to_string(req.term) + " is newer than this master's " + std::to_string(st.term));
+    return not_leader("term " + std::to_string(req.term) + " is newer than this master's " + std::to_string(st.term));
   }
   Envelope rep = st.core.handle(req, now_ms());
   rep.term = st.term;
@@ -165,7 +165,7 @@ int run_master_daemon(const ClusterConfig& cfg, int index) {
     ElectionCore::Options eo;
     eo.ttl_ms = cfg.etcd.lease_ttl_ms;
     eo.poll_ms = cfg.etcd.poll_ms();
-    eo.address = (mc.listen_host == "0.0.0.0" ? std::string("127.0.0.1") : mc.listen_host) + ":" + std::to_string(mc.port);
+    eo.address = mc.address();
     campaign = std::make_shared<Campaign>(cfg.etcd.endpoints, cfg.cluster_name, eo);
   }
   auto master = sys.spawn(actors::master_actor, mc, true, campaign);

@@ -187,8 +187,7 @@ struct OwnerState {
   uint32_t master_timeout_ms = 5000;
   bool reconnecting = false;
   uint64_t connect_epoch = 0;  // a connect begun for an older leader's address is ignored
-  uint64_t leader_term = 0;    // HA: the term etcd named with master_host:master_port
-  bool ha = false;             // etcd names the leader (a LeaderWatch of the daemon sends leader_atom)
+  uint64_t leader_term = 0;    // HA: the term etcd named with master_host:master_port (0: not the HA mode)
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
   uint64_t metrics_refreshes = 0;
@@ -368,7 +367,7 @@ void master_up(Self* self, caf::actor m, bool reconnected) {
 void try_connect(Self* self, uint64_t epoch) {
   auto& st = self->state;
   if (epoch != st.connect_epoch) return;
-  const auto retry = std::chrono::milliseconds(st.ha ? 50 : 200);
+  const auto retry = std::chrono::milliseconds(st.leader_term ? 50 : 200);
   auto mm = self->home_system().middleman().actor_handle();
   self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, st.master_host, st.master_port)
       .then(
@@ -563,7 +562,6 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         if (colon == std::string::npos || term < st.leader_term) return;
         const std::string host = address.substr(0, colon);
         const auto port = uint16_t(std::atoi(address.c_str() + colon + 1));
-        st.ha = true;
         st.driver->see_master_term(term);
         if (host == st.master_host && port == st.master_port && term == st.leader_term) return;
         std::fprintf(stderr, "fluxon owner: the leader is %s (term %llu)\n", address.c_str(), (unsigned long long)term);
@@ -666,8 +664,7 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   actors::configure(acfg, true);
   caf::actor_system sys{acfg};
   // HA: no master address until etcd names the leader (the LeaderWatch below).
-  const std::string mhost =
-      cfg.ha() ? std::string() : cfg.master.listen_host == "0.0.0.0" ? "127.0.0.1" : cfg.master.listen_host;
+  const std::string mhost = cfg.ha() ? std::string() : connect_host(cfg.master.listen_host);
   const uint16_t mport = cfg.ha() ? 0 : cfg.master.port;
   std::string err;
   auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, mhost, mport, true, &err);

@@ -1,15 +1,11 @@
 #include "fluxon/runtime/campaign.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 namespace fluxon {
 
 std::string leader_key(const std::string& cluster) { return "/fluxon/" + cluster + "/leader"; }
-
-int64_t steady_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 namespace {
 // An etcd call may take this long at most: a keepalive must come back well inside the lease.
@@ -40,20 +36,22 @@ std::string Campaign::leader_address() const {
   return leader_address_;
 }
 
-std::string Campaign::last_error() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return last_error_;
-}
-
 void Campaign::poke() {
   poked_ = true;
   cv_.notify_all();
 }
 
 void Campaign::publish() {
+  const bool leads = core_.role() == ElectionCore::Role::kLeader;
+  if (leads != leader_.load()) {  // the operator's record of each change, with the reason for a step-down
+    if (leads) std::fprintf(stderr, "fluxon master: leading at term %llu\n", (unsigned long long)core_.term());
+    else
+      std::fprintf(stderr, "fluxon master: stepped down from term %llu (last etcd error: %s)\n",
+                   (unsigned long long)term_.load(), last_error_.empty() ? "none" : last_error_.c_str());
+  }
   // valid_until before leader: a reader that sees leader also sees the bound that goes with it.
-  valid_until_ = core_.role() == ElectionCore::Role::kLeader ? core_.valid_until() : 0;
-  leader_ = core_.role() == ElectionCore::Role::kLeader;
+  valid_until_ = leads ? core_.valid_until() : 0;
+  leader_ = leads;
   term_ = core_.term();
   won_ = core_.elections_won();
   step_downs_ = core_.step_downs();
@@ -69,10 +67,7 @@ void Campaign::run() {
     const ElectionCore::Action a = core_.next(now);
     auto fail = [&](const Status& s) {
       errors_++;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        last_error_ = s.to_string();
-      }
+      last_error_ = s.to_string();
       core_.failed(steady_now_ms());
     };
     switch (a.what) {

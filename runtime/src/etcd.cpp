@@ -1,5 +1,7 @@
 #include "fluxon/runtime/etcd.hpp"
 
+#include "fluxon/runtime/clock.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -7,8 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -39,6 +41,22 @@ struct Json {
     }
   }
 };
+
+// The hex number that is all of `s` (a \u escape, a chunk size): false when s is empty, too long or
+// not hex. Never throws: these bytes come from the network.
+bool parse_hex(const std::string& s, size_t& out) {
+  if (s.empty() || s.size() > 8) return false;
+  out = 0;
+  for (char c : s) {
+    const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                  : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+                  : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
+                                                              : -1;
+    if (d < 0) return false;
+    out = out * 16 + size_t(d);
+  }
+  return true;
+}
 
 class JsonParser {
  public:
@@ -78,8 +96,9 @@ class JsonParser {
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'u': {  // etcd's messages are ASCII; a \u escape keeps its low byte
-          if (i_ + 4 > s_.size()) return false;
-          out += char(std::stoi(s_.substr(i_, 4), nullptr, 16) & 0x7f);
+          size_t code = 0;
+          if (i_ + 4 > s_.size() || !parse_hex(s_.substr(i_, 4), code)) return false;
+          out += char(code & 0x7f);
           i_ += 4;
           break;
         }
@@ -137,7 +156,7 @@ class JsonParser {
     if (lit("false")) return v.type = Json::Type::kBool, v.b = false, true;
     if (lit("null")) return v.type = Json::Type::kNull, true;
     const size_t start = i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || std::strchr("+-.eE", s_[i_]))) ++i_;
+    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || (s_[i_] && std::strchr("+-.eE", s_[i_])))) ++i_;
     if (i_ == start) return false;
     v.type = Json::Type::kNumber;
     v.text = s_.substr(start, i_ - start);
@@ -183,22 +202,15 @@ Result<Json> parse_reply(const std::string& body, const std::string& what) {
   // A streaming call (keepalive) wraps its answer: {"result": {...}} or {"error": {...}}.
   if (const Json* e = j->get("error"))
     return Status(Code::kClosed, "etcd " + what + ": " + (e->get("message") ? e->get("message")->text : "error"));
-  if (const Json* e = j->get("message"); e && j->get("code"))
-    return Status(Code::kClosed, "etcd " + what + ": " + e->text);
   if (const Json* r = j->get("result")) return *r;
   return std::move(*j);
-}
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // One HTTP/1.1 POST with a JSON body over a fresh connection; the body of the answer. The whole
 // call (connect, send, read) is bounded by timeout_ms.
 Result<std::string> http_post(const std::string& host, uint16_t port, const std::string& path,
                               const std::string& body, int timeout_ms) {
-  const int64_t deadline = now_ms() + timeout_ms;
+  const int64_t deadline = steady_now_ms() + timeout_ms;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -213,7 +225,7 @@ Result<std::string> http_post(const std::string& host, uint16_t port, const std:
     ~Closer() { close(fd); }
   } closer{fd};
   auto wait = [&](short ev) -> bool {
-    const int64_t left = deadline - now_ms();
+    const int64_t left = deadline - steady_now_ms();
     if (left <= 0) return false;
     pollfd p{fd, ev, 0};
     return poll(&p, 1, int(left)) == 1;
@@ -251,7 +263,9 @@ Result<std::string> http_post(const std::string& host, uint16_t port, const std:
       if (chunked) {  // the streaming calls: the first complete chunk holds the one answer asked for
         const size_t crlf = body_in.find("\r\n");
         if (crlf != std::string::npos) {
-          const size_t len = std::stoul(body_in.substr(0, crlf), nullptr, 16);
+          size_t len = 0;
+          if (!parse_hex(body_in.substr(0, crlf), len))
+            return Status(Code::kMalformedMessage, "etcd " + where + path + ": a bad chunk size");
           if (body_in.size() >= crlf + 2 + len) return body_in.substr(crlf + 2, len);
         }
       }

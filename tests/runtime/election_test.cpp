@@ -2,7 +2,13 @@
 // and the etcd client's helpers. The real etcd runs in tests/python/test_ha.py.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
+#include <thread>
 #include <vector>
 #include <optional>
 
@@ -202,4 +208,52 @@ TEST_CASE("etcd helpers: base64 both ways, endpoints that name what is wrong") {
   CHECK_FALSE(parse_http_endpoint("127.0.0.1:2379").ok());
   CHECK_FALSE(parse_http_endpoint("http://h:0").ok());
   CHECK_FALSE(parse_http_endpoint("http://h:99999").ok());
+}
+
+TEST_CASE("etcd client: a malformed answer is an error naming what was wrong, never a crash") {
+  // A one-shot HTTP server per answer on loopback: what a broken gateway or a wrong port sends.
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(lfd, 8) == 0);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  auto with_body = [](const std::string& status, const std::string& body, int declared = -1) {
+    return "HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(declared < 0 ? body.size() : size_t(declared)) +
+           "\r\n\r\n" + body;
+  };
+  const std::vector<std::string> answers = {
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n",  // a bad chunk size
+      with_body("200 OK", "{\"ID\":\"1\\uZZZZ\"}"),                           // a bad \u escape
+      with_body("200 OK", "{\"ID\":\"1\""),                                     // truncated JSON
+      "SSH-2.0-OpenSSH\r\n\r\n",                                            // not HTTP at all
+      with_body("503 Service Unavailable", "{\"code\":14}"),                   // an HTTP error
+      with_body("200 OK", "{\"TTL\":\"1\"}"),                                   // no lease ID
+      with_body("200 OK", "{\"ID\":\"7\"}", 100),                              // the body cut short
+      with_body("200 OK", "{\"ID\":\"42\",\"TTL\":\"1\"}"),                     // a good answer
+  };
+  std::thread server([&] {
+    for (const auto& ans : answers) {
+      int c = accept(lfd, nullptr, nullptr);
+      char buf[4096];
+      (void)recv(c, buf, sizeof buf, 0);
+      (void)send(c, ans.data(), ans.size(), MSG_NOSIGNAL);
+      close(c);
+    }
+  });
+  EtcdClient etcd({"http://127.0.0.1:" + std::to_string(ntohs(a.sin_port))}, 2000);
+  const std::vector<std::string> want = {"bad chunk size", "bad JSON", "bad JSON", "not an HTTP answer",
+                                         "HTTP 503", "no lease ID", "connection closed mid-answer"};
+  for (const auto& w : want) {
+    auto r = etcd.grant(1);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.status().message().find(w) != std::string::npos, r.status().message());
+  }
+  auto ok = etcd.grant(1);
+  REQUIRE(ok.ok());
+  CHECK(*ok == 42);
+  server.join();
+  close(lfd);
 }

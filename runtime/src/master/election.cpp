@@ -34,11 +34,7 @@ ElectionCore::Action ElectionCore::next(ElectionMillis now) {
 }
 
 void ElectionCore::granted(int64_t lease, ElectionMillis sent) {
-  if (role_ == Role::kStopped) {  // stopped meanwhile: the lease is revoked at once
-    lease_ = lease;
-    return;
-  }
-  lease_ = lease;
+  lease_ = lease;  // stopped meanwhile: next() revokes it at once
   lease_until_ = sent + opts_.ttl_ms - margin();
 }
 

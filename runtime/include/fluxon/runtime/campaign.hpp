@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "fluxon/master/election.hpp"
+#include "fluxon/runtime/clock.hpp"
 #include "fluxon/runtime/etcd.hpp"
 
 namespace fluxon {
 
 std::string leader_key(const std::string& cluster);
-int64_t steady_now_ms();
 
 class Campaign {
  public:
@@ -31,13 +31,11 @@ class Campaign {
 
   // E1, from any thread: this master leads and its lease is certainly alive at etcd now.
   bool serving() const;
-  bool leader() const { return leader_.load(); }
   uint64_t term() const { return term_.load(); }
   std::string leader_address() const;
   uint64_t elections_won() const { return won_.load(); }
   uint64_t step_downs() const { return step_downs_.load(); }
   uint64_t etcd_errors() const { return errors_.load(); }
-  std::string last_error() const;
   // Wakes the thread now (the master saw a newer term in a request: it may be deposed).
   void poke();
 
@@ -55,7 +53,8 @@ class Campaign {
   std::atomic<uint64_t> term_{0}, won_{0}, step_downs_{0}, errors_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::string leader_address_, last_error_;
+  std::string leader_address_;
+  std::string last_error_;  // the thread's own (for its step-down log line)
   std::thread thread_;
 };
 

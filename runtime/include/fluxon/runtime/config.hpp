@@ -13,6 +13,9 @@
 
 namespace fluxon {
 
+// Where to connect to a daemon that listens on `h` ("0.0.0.0" listens everywhere: this host's loopback).
+inline std::string connect_host(const std::string& h) { return h == "0.0.0.0" ? "127.0.0.1" : h; }
+
 struct MasterConfig {
   std::string listen_host = "127.0.0.1";
   uint16_t port = 7600;
@@ -29,6 +32,8 @@ struct MasterConfig {
   // with strict placement: a write-back must not land on another GPU owner).
   double replica_cache_capacity_ratio = 0;
   double replica_writeback_tier1_capacity_ratio = 0;
+  // "host:port" an owner connects to (the HA mode's leader record holds it).
+  std::string address() const { return connect_host(listen_host) + ":" + std::to_string(port); }
   // The roles a replica target may have (what the master uses).
   std::vector<std::string> replica_target_roles() const {
     if (restrict_to_remote_only_node_roles) return remote_only_node_roles;
@@ -57,7 +62,7 @@ struct OwnerConfig : OwnerCoreConfig {
   uint32_t client_channel_spin_us = 20;
   std::string advertised_data_host() const {
     if (!data_host.empty()) return data_host;
-    return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
+    return connect_host(listen_host);
   }
   // Faults injected on this owner's requests to the master (tests of T1 with real processes):
   // each request is dropped, duplicated or delayed with these odds, from one seed; and each
