@@ -34,14 +34,30 @@ struct Proc {
   std::string exe;  // empty: fluxon itself
 };
 
+// A loopback port no one listens on now (the kernel's choice).
+uint16_t free_loopback_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
 // The etcd `cluster up` starts for an HA config whose first endpoint is on this host and not
 // served yet: one member, its data in run_dir, a 50 ms raft heartbeat (leases of 1 s are granted).
+// Its peer port serves only itself: any free one (a fixed client+1 may be taken).
 std::optional<Proc> etcd_proc(const ClusterConfig& cfg, const std::string& dir) {
   if (!cfg.ha()) return std::nullopt;
   auto hp = parse_http_endpoint(cfg.etcd.endpoints[0]);
   if (!hp.ok() || (hp->first != "127.0.0.1" && hp->first != "localhost")) return std::nullopt;
   const std::string url = cfg.etcd.endpoints[0];
-  const std::string peer = "http://127.0.0.1:" + std::to_string(hp->second + 1);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(free_loopback_port());
   return Proc{"etcd",
               {"--name", "fluxon", "--data-dir", dir + "/etcd-data", "--listen-client-urls", url,
                "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,

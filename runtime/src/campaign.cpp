@@ -71,8 +71,7 @@ void Campaign::run() {
       core_.failed(steady_now_ms());
     };
     switch (a.what) {
-      case ElectionCore::Do::kWait: {
-        publish();
+      case ElectionCore::Do::kWait: {  // what the last action changed is published already
         if (core_.stopped()) return;
         std::unique_lock<std::mutex> g(mu_);
         cv_.wait_for(g, std::chrono::milliseconds(std::max<int64_t>(1, a.until - now)),

@@ -1,6 +1,8 @@
 """The HA mode with real processes: a real etcd (Debian's etcd-server), two masters campaigning
 through it, two owners that find the leader through it (E1, E2 of fluxon/master/election.hpp)."""
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -92,8 +94,6 @@ class HaCluster:
 
     def leader_key(self):
         """The leadership key as etcd holds it: (address, term), read through the JSON gateway."""
-        import base64
-        import json
         key = base64.b64encode(f"/fluxon/{self.name}/leader".encode()).decode()
         req = urllib.request.Request(f"http://127.0.0.1:{self.etcd_port}/v3/kv/range",
                                      data=json.dumps({"key": key}).encode(), method="POST")
