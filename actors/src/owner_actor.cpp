@@ -402,18 +402,15 @@ void end_session(Self* self, uint64_t session) {
 // An entry of a same-host client's channel, decoded and served as a CAF request would be (under mu).
 void serve_channel_entry(Self* self, uint64_t ch, channel::Entry& e) {
   auto& st = self->state;
-  auto env = decode(e.payload);
   if (e.kind == channel::Kind::kNote) {
+    auto env = decode(e.payload);
     if (env.ok()) st.driver->on_client_note(**env, now_ms());
     return;
   }
-  if (!env.ok()) {
-    if (st.channel) st.channel->reply(ch, e.id, encode(error_envelope(env.status())));
-    return;
-  }
-  const uint64_t token = st.driver->begin_request((*env)->session_id);
-  st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, e.id});
-  st.driver->on_client_request(token, **env, now_ms());
+  const Status served = st.driver->on_client_bytes(e.payload.data(), e.payload.size(), now_ms(), [&](uint64_t token) {
+    st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, e.id});
+  });
+  if (!served.ok() && st.channel) st.channel->reply(ch, e.id, encode(error_envelope(served)));
 }
 
 // The channel's poller serves each entry where it reads it, holding mu (see OwnerState::mu); what
@@ -512,15 +509,12 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         Turn t(self);
         auto& st = self->state;
         auto rp = self->make_response_promise();
-        auto env = decode(req.bytes);
-        if (!env.ok()) {
-          // Malformed or truncated: an error reply, and the daemon carries on.
-          rp.deliver(Blob{encode(error_envelope(env.status()))});
-          return rp;
-        }
-        const uint64_t token = st.driver->begin_request((*env)->session_id);
-        st.pending.emplace(token, OwnerState::Waiter{rp, 0, 0});
-        st.driver->on_client_request(token, **env, now_ms());
+        const Status served = st.driver->on_client_bytes(req.bytes.data(), req.bytes.size(), now_ms(),
+                                                         [&](uint64_t token) {
+                                                           st.pending.emplace(token, OwnerState::Waiter{rp, 0, 0});
+                                                         });
+        // Malformed or truncated: an error reply, and the daemon carries on.
+        if (!served.ok()) rp.deliver(Blob{encode(error_envelope(served))});
         return rp;
       },
       [=](Note& n) {

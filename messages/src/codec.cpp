@@ -8,17 +8,23 @@ Bytes encode(const Envelope& env) {
   return Bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
-Result<std::unique_ptr<Envelope>> decode(const uint8_t* data, size_t len) {
+Result<const wire::Envelope*> verify_envelope(const uint8_t* data, size_t len) {
   if (data == nullptr || len < 8)
     return Status(Code::kMalformedMessage, "message of " + std::to_string(len) + " bytes is truncated");
   flatbuffers::Verifier v(data, len, /*max_depth=*/16, /*max_tables=*/1u << 20);
   if (!v.VerifyBuffer<wire::Envelope>(nullptr))
     return Status(Code::kMalformedMessage, "message of " + std::to_string(len) + " bytes failed verification");
-  auto env = std::unique_ptr<Envelope>(wire::GetEnvelope(data)->UnPack());
-  if (env->version != 1)
-    return Status(Code::kMalformedMessage, "unsupported wire version " + std::to_string(env->version));
-  if (env->body.type == wire::Body::NONE) return Status(Code::kMalformedMessage, "message without a body");
+  const wire::Envelope* env = wire::GetEnvelope(data);
+  if (env->version() != 1)
+    return Status(Code::kMalformedMessage, "unsupported wire version " + std::to_string(env->version()));
+  if (env->body_type() == wire::Body::NONE) return Status(Code::kMalformedMessage, "message without a body");
   return env;
+}
+
+Result<std::unique_ptr<Envelope>> decode(const uint8_t* data, size_t len) {
+  auto env = verify_envelope(data, len);
+  if (!env.ok()) return env.status();
+  return std::unique_ptr<Envelope>((*env)->UnPack());
 }
 
 // The wire enum (fluxon.fbs) spells the same codes: same names, same values.

@@ -8,7 +8,9 @@
 
 namespace fluxon {
 
-Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats) {
+namespace {
+template <class Keys>
+Status validate_keys_of(const Keys& keys, bool allow_repeats) {
   if (keys.empty()) return invalid_argument("keys: empty batch");
   for (size_t i = 0; i < keys.size(); ++i)
     if (keys[i].empty()) return invalid_argument("keys[" + std::to_string(i) + "]: empty key");
@@ -17,7 +19,7 @@ Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats) {
   // the hot path (a node set here was 4% of a 128-key get_start, most of it malloc).
   thread_local std::vector<std::pair<uint64_t, uint32_t>> order;
   order.clear();
-  for (size_t i = 0; i < keys.size(); ++i) order.emplace_back(std::hash<std::string>{}(keys[i]), uint32_t(i));
+  for (size_t i = 0; i < keys.size(); ++i) order.emplace_back(std::hash<std::string_view>{}(keys[i]), uint32_t(i));
   std::sort(order.begin(), order.end());
   // The first index at which a key repeats one before it (as a scan in order would report it).
   size_t repeat = keys.size();
@@ -31,8 +33,17 @@ Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats) {
     a = b;
   }
   if (repeat < keys.size())
-    return invalid_argument("keys[" + std::to_string(repeat) + "]: key '" + keys[repeat] + "' repeated in one batch");
+    return invalid_argument("keys[" + std::to_string(repeat) + "]: key '" + std::string(keys[repeat]) +
+                            "' repeated in one batch");
   return Status::ok();
+}
+}  // namespace
+
+Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats) {
+  return validate_keys_of(keys, allow_repeats);
+}
+Status validate_keys(std::span<const std::string_view> keys, bool allow_repeats) {
+  return validate_keys_of(keys, allow_repeats);
 }
 
 Status validate_group_lens(const std::optional<std::vector<uint32_t>>& group_lens, size_t n) {

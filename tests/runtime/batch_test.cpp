@@ -4,13 +4,15 @@
 
 using namespace fluxon;
 
+using Keys = std::vector<std::string>;
+
 TEST_CASE("validate_keys rejects empty batch, empty key, repeated key") {
-  CHECK(validate_keys({}).code() == Code::kInvalidArgument);
-  CHECK(validate_keys({"a", ""}).code() == Code::kInvalidArgument);
-  auto s = validate_keys({"a", "b", "a"});
+  CHECK(validate_keys(Keys{}).code() == Code::kInvalidArgument);
+  CHECK(validate_keys(Keys{"a", ""}).code() == Code::kInvalidArgument);
+  auto s = validate_keys(Keys{"a", "b", "a"});
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message().find("keys[2]") != std::string::npos);
-  CHECK(validate_keys({"a", "b"}).is_ok());
+  CHECK(validate_keys(Keys{"a", "b"}).is_ok());
 }
 
 TEST_CASE("validate_keys names the first index that repeats a key before it, in any batch") {
@@ -29,14 +31,17 @@ TEST_CASE("validate_keys names the first index that repeats a key before it, in 
     std::vector<std::string> keys;
     for (size_t i = 0; i < n; ++i) keys.push_back("sglang:page:" + std::to_string(next() % distinct) + "_0_2");
     const int want = first_repeat(keys);
-    Status s = validate_keys(keys);
-    CHECK(validate_keys(keys, /*allow_repeats=*/true).is_ok());
-    if (want < 0) {
-      CHECK(s.is_ok());
-    } else {
-      REQUIRE(s.code() == Code::kInvalidArgument);
-      CHECK(s.message().rfind("keys[" + std::to_string(want) + "]:", 0) == 0);
+    // Both forms: the owned keys (the client) and the keys read in place (the owner's get_start).
+    const std::vector<std::string_view> views(keys.begin(), keys.end());
+    for (const Status& s : {validate_keys(keys), validate_keys(std::span<const std::string_view>(views))}) {
+      if (want < 0) {
+        CHECK(s.is_ok());
+      } else {
+        REQUIRE(s.code() == Code::kInvalidArgument);
+        CHECK(s.message().rfind("keys[" + std::to_string(want) + "]:", 0) == 0);
+      }
     }
+    CHECK(validate_keys(keys, /*allow_repeats=*/true).is_ok());
   }
 }
 

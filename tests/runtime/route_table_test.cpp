@@ -11,6 +11,7 @@
 
 #include "fluxon/master/route_table.hpp"
 #include "fluxon/runtime/flat_map.hpp"
+#include "fluxon/runtime/key_index.hpp"
 
 using namespace fluxon;
 
@@ -272,4 +273,69 @@ TEST_CASE("flat map: random inserts, finds and erases agree with std::unordered_
     CHECK(ref.at(k) == v);
   });
   CHECK(seen == ref.size());
+}
+
+TEST_CASE("key index: random inserts, finds, batched finds and erases agree with std::unordered_map, colliding hashes too") {
+  // A hash of 4 values: nearly every key shares its hash with others, so probes pass over
+  // matching hashes of other keys (the case find_many settles by comparing the key itself).
+  struct Collide {
+    size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k) & 3; }
+  };
+  auto run = [](auto& m) {
+    std::unordered_map<std::string, uint64_t> ref;
+    std::mt19937_64 rng(7);
+    auto key = [&] { return "sglang:page:" + std::to_string(rng() % 600) + "_0_2"; };
+    for (int op = 0; op < 60000; ++op) {
+      switch (rng() % 4) {
+        case 0: {
+          const std::string k = key();
+          const uint64_t v = rng();
+          auto [node, fresh] = m.insert_or_assign(k, v);
+          REQUIRE(fresh == (ref.count(k) == 0));
+          ref[k] = v;
+          REQUIRE(node->first == k);
+          REQUIRE(node->second == v);
+          break;
+        }
+        case 1: {
+          const std::string k = key();
+          auto* node = m.find(k);
+          REQUIRE((node == nullptr) == (ref.count(k) == 0));
+          if (node) REQUIRE(node->second == ref.at(k));
+          break;
+        }
+        case 2: {
+          std::vector<std::string> keys;
+          for (int i = 0; i < 40; ++i) keys.push_back(key());
+          std::vector<const typename std::remove_reference_t<decltype(m)>::value_type*> out(keys.size());
+          std::vector<uint64_t> hashes(keys.size());
+          m.find_many(keys, keys.size(), out.data(), hashes.data());
+          for (size_t i = 0; i < keys.size(); ++i) {
+            REQUIRE(hashes[i] == m.hash(keys[i]));
+            REQUIRE((out[i] == nullptr) == (ref.count(keys[i]) == 0));
+            if (out[i]) REQUIRE(out[i]->first == keys[i]);
+          }
+          break;
+        }
+        case 3: {
+          const std::string k = key();
+          auto* node = m.find(k);
+          REQUIRE((node != nullptr) == (ref.erase(k) == 1));
+          if (node) m.erase(node);
+          break;
+        }
+      }
+      REQUIRE(m.size() == ref.size());
+    }
+    size_t seen = 0;
+    for (const auto& [k, v] : m) {
+      REQUIRE(ref.at(k) == v);
+      seen++;
+    }
+    CHECK(seen == ref.size());
+  };
+  KeyIndex<uint64_t> plain;
+  run(plain);
+  KeyIndex<uint64_t, Collide> colliding;
+  run(colliding);
 }

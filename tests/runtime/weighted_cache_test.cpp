@@ -469,3 +469,42 @@ TEST_CASE("weighted cache: evict_some_if in recency order takes the least recent
   REQUIRE(c.evict_some_if(1, pred, &gone, WeightedCache<uint64_t, uint64_t>::Order::kRecency) == 10);
   CHECK(gone[0].first == 0);
 }
+
+TEST_CASE("weighted cache: touch_many leaves the cache exactly as touch one key at a time does") {
+  // Two caches fed the same inserts over capacity; reads go through touch() in one and through
+  // touch_many() in the other. Every shard sees the same reads in the same order, so both evict
+  // the same entries.
+  using SCache = WeightedCache<std::string, uint64_t>;
+  SCache::Options o;
+  o.max_capacity = 300;
+  o.shards = 4;
+  SCache one(o), many(o);
+  std::mt19937_64 rng(5);
+  auto key = [&](uint64_t i) { return "sglang:page:" + std::to_string(i) + "_1_2"; };
+  size_t found_one = 0, found_many = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const uint64_t k = rng() % 1000;
+    (void)one.insert(key(k), k, 1 + k % 3);
+    (void)many.insert(key(k), k, 1 + k % 3);
+    std::vector<std::string> keys;
+    for (int i = 0; i < 24; ++i) keys.push_back(key(rng() % 400));  // a hot part, some absent
+    std::vector<const std::string*> ptrs;
+    std::vector<uint64_t> hashes;
+    for (const auto& s : keys) {
+      ptrs.push_back(&s);
+      hashes.push_back(std::hash<std::string>{}(s));
+      found_one += one.touch(s);
+    }
+    found_many += many.touch_many(ptrs.data(), hashes.data(), ptrs.size());
+  }
+  CHECK(found_one == found_many);
+  CHECK(found_one > 0);
+  CHECK(one.weighted_size() == many.weighted_size());
+  size_t kept = 0;
+  for (uint64_t k = 0; k < 1000; ++k) {
+    CHECK(one.contains(key(k)) == many.contains(key(k)));
+    kept += one.contains(key(k));
+  }
+  CHECK(kept > 0);
+  CHECK(kept < 1000);
+}

@@ -15,8 +15,35 @@ uint64_t OwnerDriver::begin_request(uint64_t session) {
   return token;
 }
 
+Status OwnerDriver::on_client_bytes(const uint8_t* data, size_t len, Millis now,
+                                    const std::function<void(uint64_t)>& admitted) {
+  auto checked = verify_envelope(data, len);
+  if (!checked.ok()) return checked.status();
+  const wire::Envelope* env = *checked;
+  const uint64_t token = begin_request(env->session_id());
+  admitted(token);
+  if (const wire::GetStartReq* g = env->body_as_GetStartReq()) {
+    key_views_.clear();
+    if (g->keys())
+      for (const flatbuffers::String* k : *g->keys()) key_views_.emplace_back(k->data(), k->size());
+    std::span<const uint32_t> groups;
+    if (g->atomic_group_lens()) groups = {g->atomic_group_lens()->data(), g->atomic_group_lens()->size()};
+    core_.on_get_start(token, env->session_id(), env->generation(),
+                       GetStartArgs{key_views_, groups, g->prefix_best_effort(), g->max_wait_ms()}, now, out_);
+    after_request();
+    return Status::ok();
+  }
+  std::unique_ptr<Envelope> req(env->UnPack());
+  on_client_request(token, *req, now);
+  return Status::ok();
+}
+
 void OwnerDriver::on_client_request(uint64_t token, Envelope& req, Millis now) {
   core_.on_client_request(token, req, now, out_);
+  after_request();
+}
+
+void OwnerDriver::after_request() {
   drain();
   if (core_.gets_to_flush() && !flush_queued_) {
     // G9: the leaders of every get_start already queued join this BatchGetStart; the flush queues

@@ -7,10 +7,10 @@
 
 namespace fluxon {
 
-bool GetFlights::get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out) {
+bool GetFlights::get_start(uint64_t token, uint64_t session, const GetStartArgs& req, Millis now, Outbox& out) {
   const size_t n = req.keys.size();
   std::optional<std::vector<uint32_t>> groups;
-  if (!req.atomic_group_lens.empty()) groups = req.atomic_group_lens;
+  if (!req.group_lens.empty()) groups.emplace(req.group_lens.begin(), req.group_lens.end());
   Status st = validate_keys(req.keys);
   if (st.is_ok()) st = validate_group_lens(groups, n);
   if (st.is_ok() && handles_.size() >= s_.cfg.limits.handles) {  // the bound: nothing is pinned
@@ -28,6 +28,12 @@ bool GetFlights::get_start(uint64_t token, uint64_t session, wire::GetStartReqT&
   const Millis wait =
       req.max_wait_ms ? std::min<Millis>(req.max_wait_ms, s_.cfg.get_start_wait_ms) : s_.cfg.get_start_wait_ms;
   PendingGet pg{token, session, groups, req.prefix_best_effort, std::vector<Item>(n), now + wait};
+  // Every key's entry at once: the batch pays the index's memory misses once, not once per key.
+  lookup_.resize(n);
+  lookup_hashes_.resize(n);
+  s_.local.find_many(req.keys, n, lookup_.data(), lookup_hashes_.data());
+  touched_.clear();
+  touched_hashes_.clear();
   uint64_t batch = 0;
   size_t leaders = 0;
   uint32_t group = 0, left = groups ? (*groups)[0] : 1;
@@ -37,11 +43,14 @@ bool GetFlights::get_start(uint64_t token, uint64_t session, wire::GetStartReqT&
       left = groups ? (*groups)[group] : 1;
     }
     left--;
-    const std::string& key = req.keys[i];
+    const std::string_view key = req.keys[i];
     // LocalJoin: pinned at once (G2). V1: a precommit entry is a local hit, exactly like a live one.
-    if (auto it = s_.local.find(key); it != s_.local.end()) {
+    if (const LocalIndex::Node* it = lookup_[i]) {
       const LocalIndex::Entry& e = it->second;
-      if (e.live) s_.local.touch(key);  // eviction and write-back order follow reads too
+      if (e.live) {  // eviction and write-back order follow reads too (touched below, all at once)
+        touched_.push_back(&it->first);
+        touched_hashes_.push_back(lookup_hashes_[i]);
+      }
       const uint64_t hid = s_.sessions.hold(s_.pool, e.slot, session);
       pg.items[i] = Item{Item::Kind::kLocal, hid, e.len, false};
       continue;
@@ -63,18 +72,19 @@ bool GetFlights::get_start(uint64_t token, uint64_t session, wire::GetStartReqT&
       continue;  // pg.items[i] stays a miss
     }
     if (batch == 0) batch = s_.new_local_id();
-    const uint64_t fid = new_flight(key, batch, group, false);
+    const uint64_t fid = new_flight(std::string(key), batch, group, false);
     // A prefix read (prefix_best_effort) names its keys in prefix order: the fetched copy continues
     // the key before it (prefix-aware eviction, as a put's radix_parent_keys).
-    if (req.prefix_best_effort && i > 0) flights_.at(fid).parent = req.keys[i - 1];
+    if (req.prefix_best_effort && i > 0) flights_.at(fid).parent = std::string(req.keys[i - 1]);
     // G8: every leader of the batch in one BatchGetStart; G9: with the leaders of the other
     // get_starts that arrive before the driver calls flush() (the owner actor: once its mailbox
     // holds nothing older; the simulator: at the next tick), so concurrent batches (TP ranks) share it.
     start_buffer_.get_ids.push_back(fid);
-    start_buffer_.keys.push_back(key);
+    start_buffer_.keys.emplace_back(key);
     leaders++;
     pg.items[i] = Item{Item::Kind::kFlight, fid, 0, true};
   }
+  s_.local.touch_many(touched_.data(), touched_hashes_.data(), touched_.size());
   if (leaders > 0) {
     s_.counters.get_flights_started_total += leaders;
     s_.counters.get_leader_requests_total++;

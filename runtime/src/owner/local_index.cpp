@@ -42,9 +42,9 @@ bool LocalIndex::cohort_busy(CohortId id, const ReservePool& pool) const {
 
 void LocalIndex::insert(const std::string& key, Entry e, const std::string* parent, uint32_t depth) {
   cohorts_[{e.put_id, e.group}].push_back(key);
-  if (auto old = entries_.find(key); old != entries_.end()) by_slot_.erase(old->second.slot.packed());
-  auto& entry = *entries_.insert_or_assign(key, e).first;
-  *by_slot_.try_emplace(e.slot.packed(), &entry).first = &entry;
+  if (const Node* old = entries_.find(key)) by_slot_.erase(old->second.slot.packed());
+  const Node* entry = entries_.insert_or_assign(key, e).first;
+  *by_slot_.try_emplace(e.slot.packed(), entry).first = entry;
   if (parent && !parent->empty()) {
     chains_.link(key, *parent);
     if (depth == kNoDepth)
@@ -54,7 +54,7 @@ void LocalIndex::insert(const std::string& key, Entry e, const std::string* pare
   else depths_.erase(key);
 }
 
-void LocalIndex::erase(Map::iterator it) {
+void LocalIndex::erase(Node* it) {
   const std::string& key = it->first;
   const Entry& e = it->second;
   const uint64_t put_id = e.put_id;
@@ -70,14 +70,14 @@ void LocalIndex::erase(Map::iterator it) {
   }
   chains_.unlink(key);
   depths_.erase(key);
-  if (auto* s = by_slot_.find(e.slot.packed()); s && *s == &*it) by_slot_.erase(e.slot.packed());
+  if (auto* s = by_slot_.find(e.slot.packed()); s && *s == it) by_slot_.erase(e.slot.packed());
   if (order_) order_->erase(key);
-  entries_.erase(it);
+  entries_.erase(it);  // key and e die here
 }
 
 bool LocalIndex::erase_if_copy(const std::string& key, uint64_t put_id) {
-  auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.put_id != put_id) return false;
+  Node* it = entries_.find(key);
+  if (!it || it->second.put_id != put_id) return false;
   erase(it);
   return true;
 }
@@ -93,8 +93,8 @@ std::vector<LocalIndex::CohortId> LocalIndex::exact_cohort(CohortId id) const {
   if (const auto* keys = cohort(id))
     for (const auto& key : *keys)
       for (const auto& sib : tp_siblings(key)) {
-        auto it = entries_.find(sib);
-        if (it == entries_.end()) continue;
+        const Node* it = entries_.find(sib);
+        if (!it) continue;
         CohortId other{it->second.put_id, it->second.group};
         if (std::find(remaining.begin(), remaining.end(), other) == remaining.end()) remaining.push_back(other);
       }

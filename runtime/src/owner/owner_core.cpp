@@ -82,16 +82,7 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   }
   if (auto* p = req.body.AsPing()) return s_.reply(session, token, make_envelope(wire::PongT{{}, p->seq}), out);
   if (req.body.AsStatsReq()) return s_.reply(session, token, make_envelope(stats_reply()), out);
-  // Identity first: a caller holding an old generation never touches this owner's memory.
-  if (req.generation != 0 && req.generation != s_.generation)
-    return s_.reply_error(session, token,
-                          Status(Code::kGenerationMismatch, "request for owner generation " +
-                                                                std::to_string(req.generation) + ", owner is at " +
-                                                                std::to_string(s_.generation)),
-                          out);
-  if (!s_.sessions.contains(session))
-    return s_.reply_error(session, token,
-                          Status(Code::kClosed, "unknown or closed session " + std::to_string(session)), out);
+  if (!admits(token, session, req.generation, out)) return;
   if (req.body.AsPutStartReq()) {
     auto fetching = [this](const std::string& k) { return gets_.fetching(k); };
     if (auto room = put_.start(token, session, req, now, out, fetching)) want_room(*room);
@@ -100,8 +91,9 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   if (auto* p = req.body.AsPutCommitReq()) return commit(token, session, p->put_id, now, out);
   if (auto* p = req.body.AsPutAbortReq()) return put_.abort(token, session, p->put_id, out);
   if (auto* p = req.body.AsGetStartReq()) {
-    if (gets_.get_start(token, session, *p, now, out)) launch_transfers(now, out);
-    return;
+    key_views_.assign(p->keys.begin(), p->keys.end());
+    return get_start(token, session, GetStartArgs{key_views_, p->atomic_group_lens, p->prefix_best_effort, p->max_wait_ms},
+                     now, out);
   }
   if (auto* p = req.body.AsGetTransferReq()) return gets_.get_transfer(token, session, *p, now, out);
   if (auto* p = req.body.AsExistsReq()) return exists_.ask(token, session, *p, now, out);
@@ -113,6 +105,33 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   }
   s_.reply_error(session, token, Status(Code::kMalformedMessage, std::string("unexpected request ") + body_name(req)),
                  out);
+}
+
+bool OwnerCore::admits(uint64_t token, uint64_t session, uint64_t generation, Outbox& out) {
+  // Identity first: a caller holding an old generation never touches this owner's memory.
+  if (generation != 0 && generation != s_.generation) {
+    s_.reply_error(session, token,
+                   Status(Code::kGenerationMismatch, "request for owner generation " + std::to_string(generation) +
+                                                         ", owner is at " + std::to_string(s_.generation)),
+                   out);
+    return false;
+  }
+  if (!s_.sessions.contains(session)) {
+    s_.reply_error(session, token, Status(Code::kClosed, "unknown or closed session " + std::to_string(session)), out);
+    return false;
+  }
+  return true;
+}
+
+void OwnerCore::on_get_start(uint64_t token, uint64_t session, uint64_t generation, const GetStartArgs& args,
+                             Millis now, Outbox& out) {
+  now_ = now;
+  if (admits(token, session, generation, out)) get_start(token, session, args, now, out);
+  serve_waiters_if_freed(out);
+}
+
+void OwnerCore::get_start(uint64_t token, uint64_t session, const GetStartArgs& args, Millis now, Outbox& out) {
+  if (gets_.get_start(token, session, args, now, out)) launch_transfers(now, out);
 }
 
 void OwnerCore::on_client_note(Envelope& note, Millis now, Outbox& out) {

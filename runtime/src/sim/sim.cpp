@@ -177,11 +177,13 @@ void Cluster::close_session(int owner, uint64_t session) { owners_[owner].driver
 
 uint64_t Cluster::send(int owner, uint64_t session, Envelope req) {
   OwnerDriver& d = *owners_[owner].driver;
-  const uint64_t token = d.begin_request(session);
   req.session_id = session;
-  // The client channel is same-host: it is not faulty, but it does go through the codec.
-  auto dec = decode(encode(req));
-  d.on_client_request(token, **dec, now_);
+  // The client channel is same-host: it is not faulty, but it does go through the codec and the
+  // daemon's entry (on_client_bytes: a get_start read in place).
+  const Bytes bytes = encode(req);
+  uint64_t token = 0;
+  const Status st = d.on_client_bytes(bytes.data(), bytes.size(), now_, [&](uint64_t t) { token = t; });
+  if (!st.ok()) throw std::logic_error("sim: a request the codec refused: " + st.to_string());
   return client_token(owner, token);
 }
 

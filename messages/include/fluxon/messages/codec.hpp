@@ -15,6 +15,9 @@ using Bytes = std::vector<uint8_t>;
 
 Bytes encode(const Envelope& env);
 Result<std::unique_ptr<Envelope>> decode(const uint8_t* data, size_t len);
+// decode()'s checks (verification, the wire version, a body) without unpacking: the message read in
+// place. The pointer is into `data`, which must outlive it.
+Result<const wire::Envelope*> verify_envelope(const uint8_t* data, size_t len);
 inline Result<std::unique_ptr<Envelope>> decode(const Bytes& b) { return decode(b.data(), b.size()); }
 
 template <class T>

@@ -6,6 +6,7 @@
 // which faults fire) is this code, so the simulation runs what the daemon runs.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <unordered_map>
@@ -53,6 +54,11 @@ class OwnerDriver {
   // A client request: the token its reply will carry (reply() of the ports), then the call.
   uint64_t begin_request(uint64_t session);
   void on_client_request(uint64_t token, Envelope& req, Millis now);
+  // A client request as it came: verified, then read in place when it is a GetStartReq (the hot
+  // path: no object-API copy of its keys) or decoded and served as on_client_request. `admitted`
+  // gets the request's token (begin_request) before the core sees it: where its reply goes. A
+  // message that fails verification: its error, and nothing else happened.
+  Status on_client_bytes(const uint8_t* data, size_t len, Millis now, const std::function<void(uint64_t)>& admitted);
   void on_client_note(Envelope& note, Millis now);
   // The session's client is gone: what it held is released; requests of it still waiting are
   // never answered (their tokens are returned, for the transport to forget).
@@ -80,6 +86,8 @@ class OwnerDriver {
 
  private:
   void drain();
+  void after_request();  // a client request was served: its effects out, G9's flush asked for
+  std::vector<std::string_view> key_views_;  // on_client_bytes: a GetStartReq's keys in place
 
   OwnerCore& core_;
   OwnerPorts& ports_;

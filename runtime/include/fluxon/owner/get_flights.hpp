@@ -22,12 +22,23 @@
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "fluxon/owner/owner_shared.hpp"
 #include "fluxon/core/retry_table.hpp"
 
 namespace fluxon {
+
+// A get_start's arguments read in place: from the verified message itself (the daemon's and the
+// simulation's path: OwnerDriver::on_client_bytes) or from a decoded one.
+struct GetStartArgs {
+  std::span<const std::string_view> keys;
+  std::span<const uint32_t> group_lens;  // atomic_group_lens; empty: every key its own group
+  bool prefix_best_effort = true;
+  uint32_t max_wait_ms = 0;
+};
 
 class GetFlights {
  public:
@@ -49,7 +60,7 @@ class GetFlights {
 
   // ---- requests (get_requests.cpp) ----
   // true: flights want their payload now (launch a transfer round).
-  bool get_start(uint64_t token, uint64_t session, wire::GetStartReqT& req, Millis now, Outbox& out);
+  bool get_start(uint64_t token, uint64_t session, const GetStartArgs& req, Millis now, Outbox& out);
   // Decides the get_starts whose flights left Starting (or, expire, are past their deadline).
   // true: some were decided (launch a transfer round).
   bool serve_pending(Millis now, Outbox& out, bool expire);
@@ -162,7 +173,13 @@ class GetFlights {
   void send_job(uint64_t job_id, Job& job, Millis now, Outbox& out);
 
   OwnerShared& s_;
-  std::unordered_map<std::string, uint64_t> flight_of_;  // key -> its flight while not terminal
+  // key -> its flight while not terminal
+  std::unordered_map<std::string, uint64_t, StringHash, std::equal_to<>> flight_of_;
+  // get_start's scratch (kept: no allocation per call): each key's entry and hash.
+  std::vector<const LocalIndex::Node*> lookup_;
+  std::vector<uint64_t> lookup_hashes_;
+  std::vector<const std::string*> touched_;  // the live hits' keys, touched once the batch is split
+  std::vector<uint64_t> touched_hashes_;
   std::map<uint64_t, Flight> flights_;                   // flight id (= get id) -> flight
   std::set<uint64_t> fetchable_;                         // Started and wanted: a transfer may start
   RetryTable<Job> jobs_;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <map>
@@ -17,6 +19,7 @@
 #include "fluxon/core/depth_order.hpp"
 #include "fluxon/master/master_core.hpp"
 #include "fluxon/runtime/flat_map.hpp"
+#include "fluxon/runtime/key_index.hpp"
 #include "fluxon/runtime/prefix_chains.hpp"
 #include "fluxon/runtime/reserve_pool.hpp"
 #include "fluxon/runtime/weighted_cache.hpp"
@@ -39,7 +42,8 @@ class LocalIndex {
   };
   using CohortId = std::pair<uint64_t, uint32_t>;
   using Tier = WeightedCache<std::string, ResidentRef>;
-  using Map = std::unordered_map<std::string, Entry>;
+  using Map = KeyIndex<Entry>;
+  using Node = Map::value_type;  // (key, Entry): its address lasts until the entry is erased
 
   // segment_len sizes the tiers; hot_ratio > 0 enables the hot tier (that share of the segment);
   // tp_cohorts: a cohort's exact set includes the other TP ranks' same group (SGLang's key suffix).
@@ -49,17 +53,27 @@ class LocalIndex {
              std::optional<uint64_t> depth_stale_bytes = std::nullopt);
   static constexpr uint32_t kNoDepth = DepthOrder::kUnknown;
 
-  Map::iterator find(const std::string& key) { return entries_.find(key); }
-  Map::const_iterator find(const std::string& key) const { return entries_.find(key); }
-  Map::iterator end() { return entries_.end(); }
-  Map::const_iterator end() const { return entries_.end(); }
-  bool contains(const std::string& key) const { return entries_.count(key) != 0; }
+  // The entry of key, or null (end()).
+  Node* find(std::string_view key) { return entries_.find(key); }
+  const Node* find(std::string_view key) const { return entries_.find(key); }
+  static constexpr Node* end() { return nullptr; }
+  // out[i] = find(keys[i]) for a whole batch, its memory misses overlapped (KeyIndex::find_many);
+  // hashes[i]: the key's hash, which touch() takes again.
+  template <class Keys>
+  void find_many(const Keys& keys, size_t n, const Node** out, uint64_t* hashes) const {
+    entries_.find_many(keys, n, out, hashes);
+  }
+  bool contains(std::string_view key) const { return entries_.find(key) != nullptr; }
   // The entry (key, Entry) that holds `slot`, or null.
-  const Map::value_type* at_slot(SlotRef slot) const {
+  const Node* at_slot(SlotRef slot) const {
     auto* at = by_slot_.find(slot.packed());
     return at ? *at : nullptr;
   }
-  Entry& at(const std::string& key) { return entries_.at(key); }
+  Entry& at(std::string_view key) {
+    Node* n = entries_.find(key);
+    if (!n) throw std::out_of_range("LocalIndex::at: no entry");
+    return n->second;
+  }
   const Map& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
 
@@ -69,7 +83,7 @@ class LocalIndex {
   // its parent's when that is known here.
   void insert(const std::string& key, Entry e, const std::string* parent = nullptr, uint32_t depth = kNoDepth);
   // The entry leaves the index, its cohort and both tiers.
-  void erase(Map::iterator it);
+  void erase(Node* it);
   // Erases key's entry if it is still the copy of `put_id`; true when it did.
   bool erase_if_copy(const std::string& key, uint64_t put_id);
   // The entry went live: it enters the resident tier (the hot tier is admitted by its owner).
@@ -87,10 +101,19 @@ class LocalIndex {
   void left_resident(const std::string& key) {
     if (order_) order_->erase(key);
   }
-  void touch(const std::string& key) {
-    resident_.touch(key);
-    if (hot_) hot_->touch(key);
+  void touch(const std::string& key) { touch(key, Map::hash(key)); }
+  // With the key's hash at hand (find_many's): the tiers take it instead of hashing the key again.
+  void touch(const std::string& key, uint64_t hash) {
+    resident_.touch(key, hash);
+    if (hot_) hot_->touch(key, hash);
     if (order_) order_->touch(key);
+  }
+  // touch(*keys[i], hashes[i]) for a batch, its tiers' memory misses overlapped.
+  void touch_many(const std::string* const* keys, const uint64_t* hashes, size_t n) {
+    resident_.touch_many(keys, hashes, n);
+    if (hot_) hot_->touch_many(keys, hashes, n);
+    if (order_)
+      for (size_t i = 0; i < n; ++i) order_->touch(*keys[i]);
   }
   // The page's depth in its prefix (kNoDepth: not known).
   uint32_t depth_of(const std::string& key) const {
@@ -140,7 +163,7 @@ class LocalIndex {
   std::set<CohortId> remote_complete_;
   std::unordered_map<std::string, uint32_t> depths_;  // known depths of the entries
   // SlotRef::packed() -> the entry held there (elements of entries_ keep their address until erased)
-  FlatMap<uint64_t, const Map::value_type*, MixHash> by_slot_;
+  FlatMap<uint64_t, const Node*, MixHash> by_slot_;
   std::optional<DepthOrder> order_;
   bool tp_cohorts_;
 };

@@ -47,6 +47,10 @@ class OwnerCore {
   void start(Millis now, Outbox& out);
 
   void on_client_request(uint64_t token, Envelope& req, Millis now, Outbox& out);
+  // A GetStartReq of `session` read in place (the hot path: OwnerDriver::on_client_bytes), served
+  // exactly as on_client_request serves a decoded one.
+  void on_get_start(uint64_t token, uint64_t session, uint64_t generation, const GetStartArgs& args, Millis now,
+                    Outbox& out);
   void on_client_note(Envelope& note, Millis now, Outbox& out);
   void on_master_reply(uint64_t token, Envelope& reply, Millis now, Outbox& out);
   // The request `token` failed in transport (timeout, disconnect): nothing is freed on a guess (T1);
@@ -113,6 +117,10 @@ class OwnerCore {
  private:
   using Entry = LocalIndex::Entry;
   void dispatch_client(uint64_t token, Envelope& req, Millis now, Outbox& out);
+  // The request's identity: its generation is this owner's (or 0) and its session is open; else
+  // the error reply is out and false.
+  bool admits(uint64_t token, uint64_t session, uint64_t generation, Outbox& out);
+  void get_start(uint64_t token, uint64_t session, const GetStartArgs& args, Millis now, Outbox& out);
   void remove_prefix(uint64_t token, uint64_t session, const wire::RemovePrefixReqT& req, Millis now, Outbox& out);
   Envelope register_request() const;
   bool known_token(uint64_t token) const;
@@ -172,6 +180,7 @@ class OwnerCore {
   uint64_t warmup_bytes_ = 0;     // the grants carved at start (expected capacity), in bytes
   uint64_t populated_bytes_ = 0;  // bytes the ports faulted in so far
   uint64_t handed_bytes_ = 0;     // bytes of new grants handed to the ports to fault in
+  std::vector<std::string_view> key_views_;  // a decoded GetStartReq's keys, as GetStartArgs takes them
 };
 
 }  // namespace fluxon

@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fluxon/runtime/status.hpp"
@@ -13,6 +15,7 @@ namespace fluxon {
 // Every key non-empty, at least one key, and (unless allow_repeats: a question that changes
 // nothing) no key repeated in the batch.
 Status validate_keys(const std::vector<std::string>& keys, bool allow_repeats = false);
+Status validate_keys(std::span<const std::string_view> keys, bool allow_repeats = false);
 
 // Groups: each > 0, sum == n. Empty optional = every key its own group.
 Status validate_group_lens(const std::optional<std::vector<uint32_t>>& group_lens, size_t n);
