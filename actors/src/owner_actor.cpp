@@ -410,7 +410,7 @@ void serve_channel_entry(Self* self, uint64_t ch, channel::Entry& e) {
   const Status served = st.driver->on_client_bytes(e.payload.data(), e.payload.size(), now_ms(), [&](uint64_t token) {
     st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, e.id});
   });
-  if (!served.ok() && st.channel) st.channel->reply(ch, e.id, encode(error_envelope(served)));
+  if (!served.is_ok() && st.channel) st.channel->reply(ch, e.id, encode(error_envelope(served)));
 }
 
 // The channel's poller serves each entry where it reads it, holding mu (see OwnerState::mu); what
@@ -514,7 +514,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
                                                            st.pending.emplace(token, OwnerState::Waiter{rp, 0, 0});
                                                          });
         // Malformed or truncated: an error reply, and the daemon carries on.
-        if (!served.ok()) rp.deliver(Blob{encode(error_envelope(served))});
+        if (!served.is_ok()) rp.deliver(Blob{encode(error_envelope(served))});
         return rp;
       },
       [=](Note& n) {

@@ -183,7 +183,7 @@ uint64_t Cluster::send(int owner, uint64_t session, Envelope req) {
   const Bytes bytes = encode(req);
   uint64_t token = 0;
   const Status st = d.on_client_bytes(bytes.data(), bytes.size(), now_, [&](uint64_t t) { token = t; });
-  if (!st.ok()) throw std::logic_error("sim: a request the codec refused: " + st.to_string());
+  if (!st.is_ok()) throw std::logic_error("sim: a request the codec refused: " + st.to_string());
   return client_token(owner, token);
 }
 
