@@ -168,3 +168,122 @@ TEST_CASE("bounds: with removals at remove_jobs waiting for the master, remove_p
   CHECK(c.owner(0).counters().remove_jobs_full_total == 1);
   CHECK(c.owner(0).local_state("b0") == 2);  // nothing of the refused request was removed
 }
+
+namespace {
+void register_node(MasterCore& m, uint32_t node, uint64_t generation) {
+  wire::RegisterOwnerT r;
+  r.node_id = node;
+  r.generation = generation;
+  r.role = "sglang_owner";
+  r.segment_len = 64 << 20;
+  REQUIRE(m.handle(make_envelope(std::move(r))).body.AsRegisterOwnerReply());
+}
+}  // namespace
+
+TEST_CASE("bounds: the master's prepared gets stop at their bound (Busy, counted) and make room as they end") {
+  MasterCore m;
+  m.set_get_bound(8);
+  register_node(m, 1, 1);
+  register_node(m, 2, 1);
+  for (uint64_t i = 0; i < 12; ++i) REQUIRE(m_put(m, 1, 100 + i, "g" + std::to_string(i), i * 4096).body.AsPutDoneReply());
+  std::vector<wire::GetStartStatus> got;
+  for (uint64_t i = 0; i < 12; ++i) got.push_back(m_start(m, 2, "g" + std::to_string(i), 1 + i));
+  CHECK(std::count(got.begin(), got.end(), wire::GetStartStatus::Started) == 8);
+  CHECK(std::count(got.begin(), got.end(), wire::GetStartStatus::Busy) == 4);
+  CHECK(m.inflight_get_count() == 8);
+  CHECK(m.counters().refused_gets_total == 4);
+  CHECK(m.derived_bounds_violation() == "");
+  // One ends: one more may start.
+  CHECK(m_done(m, 2, "g0", 1, 900 * 4096) == wire::GetDoneStatus::Live);
+  CHECK(m_start(m, 2, "g8", 50) == wire::GetStartStatus::Started);
+  CHECK(m_start(m, 2, "g9", 51) == wire::GetStartStatus::Busy);
+  CHECK(m.counters().refused_gets_total == 5);
+  CHECK(m.derived_bounds_violation() == "");
+}
+
+TEST_CASE("bounds: the master's read leases and cohort sizes follow its gets and replicas through random gets, removals, TTLs and restarts") {
+  // reads_ counts exactly the prepared gets (per source), cohorts_ exactly the replicas (per cohort):
+  // checked after every step of a random mix, so neither can grow apart from what it counts.
+  const uint64_t seed = seed_from_env(2907);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  MasterCore m(/*get_ttl_ms=*/500);
+  m.set_get_bound(64);
+  uint64_t generation[4] = {0, 1, 1, 1};
+  for (uint32_t n = 1; n <= 3; ++n) register_node(m, n, 1);
+  uint64_t next_id = 1;
+  Millis now = 0;
+  std::map<std::pair<std::string, uint32_t>, uint64_t> started;  // (key, requester) -> get id
+  for (int step = 0; step < 6000; ++step) {
+    const std::string key = "k" + std::to_string(rng() % 40);
+    const uint32_t node = 1 + uint32_t(rng() % 3);
+    const uint64_t gen = generation[node];
+    switch (rng() % 8) {
+      case 0:
+      case 1: {  // a put of the key from node
+        wire::PutDoneT pd = m_put_done(node, next_id++, key, (rng() % 1000) * 4096);
+        pd.generation = gen;
+        (void)m.handle(make_envelope(std::move(pd)), now);
+        break;
+      }
+      case 2:
+      case 3: {  // node starts a remote get of the key
+        wire::BatchGetStartT g;
+        g.node_id = node;
+        g.generation = gen;
+        const uint64_t id = next_id++;
+        g.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, key, id}));
+        auto r = m.handle(make_envelope(std::move(g)), now);
+        if (r.body.AsBatchGetStartReply()->items[0]->status == wire::GetStartStatus::Started) started[{key, node}] = id;
+        break;
+      }
+      case 4: {  // a started get of node ends: done (its copy published) or revoked
+        auto it = started.lower_bound({key, 0});
+        if (it == started.end()) break;
+        const auto [k, requester] = it->first;
+        const uint64_t id = it->second;
+        started.erase(it);
+        if (rng() % 2) {
+          wire::BatchGetDoneT d;
+          d.node_id = requester;
+          d.generation = generation[requester];
+          d.items.push_back(std::make_unique<wire::GetDoneItemT>(
+              wire::GetDoneItemT{{}, k, id, (rng() % 1000) * 4096, id, 0, 4096}));
+          (void)m.handle(make_envelope(std::move(d)), now);
+        } else {
+          wire::BatchGetRevokeT rv;
+          rv.node_id = requester;
+          rv.generation = generation[requester];
+          rv.items.push_back(std::make_unique<wire::GetItemT>(wire::GetItemT{{}, k, id}));
+          (void)m.handle(make_envelope(std::move(rv)), now);
+        }
+        break;
+      }
+      case 5: {  // node removes its copy of the key (whatever version it names: maybe refused)
+        wire::RemoveRoutesT rr;
+        auto it = std::make_unique<wire::RemoveRouteT>();
+        it->key = key;
+        it->node_id = node;
+        it->generation = gen;
+        it->put_id = rng() % next_id;
+        rr.items.push_back(std::move(it));
+        (void)m.handle(make_envelope(std::move(rr)), now);
+        break;
+      }
+      case 6:  // time passes: gets past their TTL end
+        now += Millis(rng() % 300);
+        m.tick(now);
+        break;
+      case 7:
+        if (rng() % 20 == 0) {  // node restarts: its replicas and gets go
+          register_node(m, node, ++generation[node]);
+          for (auto it = started.begin(); it != started.end();) it = it->first.second == node ? started.erase(it) : std::next(it);
+        }
+        break;
+    }
+    const std::string broken = m.derived_bounds_violation();
+    REQUIRE_MESSAGE(broken.empty(), "step " << step << ": " << broken);
+  }
+  CHECK(m.replica_count() > 0);
+  CHECK(m.counters().get_started_total > 100);
+}

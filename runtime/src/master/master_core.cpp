@@ -435,6 +435,28 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   return error_envelope(Status(Code::kMalformedMessage, std::string("master: unexpected message ") + body_name(req)));
 }
 
+std::string MasterCore::derived_bounds_violation() const {
+  if (gets_.size() > get_bound_)
+    return "gets: " + std::to_string(gets_.size()) + " over the bound " + std::to_string(get_bound_);
+  uint64_t leases = 0;
+  for (const auto& [k, n] : reads_) {
+    if (n == 0) return "reads: an entry of count 0 for '" + k.first + "'";
+    leases += n;
+  }
+  if (leases != gets_.size() || reads_.size() > gets_.size())
+    return "reads: " + std::to_string(reads_.size()) + " entries counting " + std::to_string(leases) +
+           " leases for " + std::to_string(gets_.size()) + " gets";
+  uint64_t members = 0;
+  for (const auto& [k, n] : cohorts_) {
+    if (n == 0) return "cohorts: an entry of count 0";
+    members += n;
+  }
+  if (members != replicas_ || cohorts_.size() > replicas_)
+    return "cohorts: " + std::to_string(cohorts_.size()) + " entries counting " + std::to_string(members) +
+           " members for " + std::to_string(replicas_) + " replicas";
+  return "";
+}
+
 MasterStats MasterCore::stats() const {
   MasterStats s;
   s.routes = routes_.size();

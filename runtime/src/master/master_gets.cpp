@@ -111,6 +111,11 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
         counters_.get_miss_total++;
         return;
       }
+      if (gets_.size() >= get_bound_) {  // the bound: no new lease, a miss for now
+        s->status = wire::GetStartStatus::Busy;
+        counters_.refused_gets_total++;
+        return;
+      }
       gets_.emplace(gk, GetFlight{item->get_id, req.generation, best->node_id, r.ver, now + get_ttl_ms_});
       reads_[{item->key, best->node_id}]++;
       counters_.get_started_total++;

@@ -77,6 +77,12 @@ class MasterCore {
   size_t replica_count() const { return replicas_; }
   size_t owner_count() const { return owners_.size(); }
   size_t inflight_get_count() const { return gets_.size(); }
+  // The bound of the prepared gets (kInflightGets unless set; tests set a small one).
+  static constexpr size_t kInflightGets = size_t(1) << 20;
+  void set_get_bound(size_t n) { get_bound_ = n; }
+  // The containers whose size follows from others (their bounds, stated where they are declared):
+  // "" when every one holds, else which does not (tests check it after every step).
+  std::string derived_bounds_violation() const;
   size_t replica_tasks_queued() const { return replica_queue_.size(); }
   size_t tombstone_count() const { return tombstones_.size(); }
   size_t reclaim_count() const { return reclaims_.size(); }
@@ -292,11 +298,17 @@ class MasterCore {
   static constexpr Millis kTombstoneMs = 10 * 60 * 1000;
   Millis now_ = 0;
   std::map<uint32_t, OwnerInfo> owners_;
+  // Prepared remote gets: (key, requester) -> the get, until its done or revoke, its TTL or its
+  // requester's restart. Bound: get_bound_ (kInflightGets): at it a new get is answered Busy (the
+  // requester's miss for now), counted (refused_gets_total).
   std::map<GetKey, GetFlight> gets_;
-  // Activity leases: (key, source node) -> gets and replica pulls reading that replica now.
+  size_t get_bound_ = kInflightGets;
+  // Activity leases: (key, source node) -> the gets of gets_ reading that replica now. Bound: derived,
+  // one entry per source some get reads, the counts summing to gets_.size().
   std::map<std::pair<std::string, uint32_t>, uint32_t> reads_;
   // Cohort sizes: (node, generation, instance, group) -> replicas of that cohort in the table. A
-  // reclaim's members must be all of them (the cohort's closure), never part.
+  // reclaim's members must be all of them (the cohort's closure), never part. Bound: derived, one
+  // entry per cohort with a replica in the table, the counts summing to replica_count().
   using CohortKey = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t>;
   std::map<CohortKey, uint32_t> cohorts_;
   // Reclaim transactions, (node, epoch) -> the fenced members; (key, node) -> the epoch fencing it.

@@ -97,6 +97,7 @@
   /* its container is declared (master_core.hpp). */ \
   X(dropped_replica_tasks_total, "fluxon_master_bound_drops_total", "container=replica_queue", "Entries dropped at a container's bound, oldest first") \
   X(dropped_ended_gets_total, "fluxon_master_bound_drops_total", "container=ended_gets", "Entries dropped at a container's bound, oldest first") \
+  X(refused_gets_total, "fluxon_master_bound_refusals_total", "container=gets", "New entries refused at a container's bound (a get answered Busy: the requester's miss for now)") \
   X(dropped_tombstones_total, "fluxon_master_bound_drops_total", "container=tombstones", "Entries dropped at a container's bound, oldest first") \
   X(dropped_ended_reclaims_total, "fluxon_master_bound_drops_total", "container=ended_reclaims", "Entries dropped at a container's bound, oldest first") \
   X(dropped_writeback_tasks_total, "fluxon_master_bound_drops_total", "container=writeback_tasks", "Entries dropped at a container's bound, oldest first") \
