@@ -40,6 +40,9 @@ class Exists {
   OwnerShared& s_;
   std::map<uint64_t, Job> jobs_;                   // by master token
   std::set<std::pair<Millis, uint64_t>> deadlines_;  // (deadline, token)
+  // ask()'s scratch (kept: no allocation per call): each key's entry and hash (LocalIndex::find_many).
+  std::vector<const LocalIndex::Node*> lookup_;
+  std::vector<uint64_t> lookup_hashes_;
 };
 
 }  // namespace fluxon
