@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -112,9 +113,15 @@ int main(int argc, char** argv) {
       return r;
     };
     const bool running = tools::port_open(c->owners.at(0).listen_host, c->owners.at(0).port);
+    // A cluster the bench starts is its own: its run_dir (logs, pid files) goes with it unless the
+    // bench failed (then the logs stay, and it says where).
+    const std::string dir = tools::run_dir_of(*c);
+    const bool fresh_dir = !running && !std::filesystem::exists(dir);
     if (!running && quiet([&] { return tools::cluster_up(argv[2], *c, self_exe()); }) != 0) return 1;
     int rc = tools::run_bench(*c, argc - 3, argv + 3);
     if (!running) quiet([&] { return tools::cluster_down(*c), 0; });
+    if (fresh_dir && rc == 0) std::filesystem::remove_all(dir);
+    else if (fresh_dir) std::fprintf(stderr, "fluxon bench: the daemons' logs are in %s\n", dir.c_str());
     return rc;
   }
   return usage();

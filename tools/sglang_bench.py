@@ -25,6 +25,7 @@ Medians over rounds; every result is checked (all True, the exact hit count).
 import argparse
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -206,6 +207,10 @@ def main():
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=15)
+        if sys.exc_info()[0] is None:
+            shutil.rmtree(tmp, ignore_errors=True)  # leaves nothing behind; a failed run keeps its logs
+        else:
+            print(f"sglang_bench: the daemons' logs are in {tmp}", file=sys.stderr)
     return 0
 
 

@@ -855,6 +855,11 @@ def run_once(a):
     finally:
         if cluster:
             subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
+            # The private cluster's run_dir goes with it; a failed run keeps its logs and says where.
+            if sys.exc_info()[0] is None:
+                shutil.rmtree(cluster[1].parent, ignore_errors=True)
+            else:
+                print(f"workload: the daemons' logs are in {cluster[1].parent}", file=sys.stderr)
     # The instances' rank 0 together: requests and tokens add up, a round lasts as long as its slowest.
     leads = [r for r in results if r["rank"] == 0]
     r0 = {"totals": {}, "rounds": []}

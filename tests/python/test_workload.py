@@ -2,7 +2,10 @@
 daemon cluster, restores verified byte for byte; and the --json output."""
 
 import json
+import re
+import shutil
 import subprocess
+from pathlib import Path
 
 from conftest import FLUXON_BIN
 
@@ -51,6 +54,10 @@ def test_workload_reports_a_failed_rank_instead_of_hanging():
     out = run("--sessions", "4", "--turns", "3", "--gpu-pages", "8", "--tp", "2")
     assert out.returncode != 0
     assert "needs more pages" in out.stderr or "exited" in out.stderr
+    # A failed run keeps its private cluster's logs and says where (a run that succeeds leaves nothing).
+    m = re.search(r"workload: the daemons' logs are in (\S+)", out.stderr)
+    assert m and Path(m.group(1)).is_dir() and (Path(m.group(1)) / "master.log").exists(), out.stderr[-2000:]
+    shutil.rmtree(m.group(1))
 
 
 def test_workload_two_instances_hit_l3_when_sessions_migrate():
