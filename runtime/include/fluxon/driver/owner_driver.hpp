@@ -53,7 +53,6 @@ class OwnerDriver {
 
   // A client request: the token its reply will carry (reply() of the ports), then the call.
   uint64_t begin_request(uint64_t session);
-  void on_client_request(uint64_t token, Envelope& req, Millis now);
   // A client request as it came: verified, then read in place when it is a GetStartReq (the hot
   // path: no object-API copy of its keys) or decoded and served as on_client_request. `admitted`
   // gets the request's token (begin_request) before the core sees it: where its reply goes. A
@@ -86,6 +85,8 @@ class OwnerDriver {
 
  private:
   void drain();
+  // A decoded client request (what on_client_bytes does with anything but a GetStartReq).
+  void on_client_request(uint64_t token, Envelope& req, Millis now);
   void after_request();  // a client request was served: its effects out, G9's flush asked for
   std::vector<std::string_view> key_views_;  // on_client_bytes: a GetStartReq's keys in place
 

@@ -58,7 +58,7 @@ class LocalIndex {
   const Node* find(std::string_view key) const { return entries_.find(key); }
   static constexpr Node* end() { return nullptr; }
   // out[i] = find(keys[i]) for a whole batch, its memory misses overlapped (KeyIndex::find_many);
-  // hashes[i]: the key's hash, which touch() takes again.
+  // hashes[i]: the key's hash, which touch_many() takes again.
   template <class Keys>
   void find_many(const Keys& keys, size_t n, const Node** out, uint64_t* hashes) const {
     entries_.find_many(keys, n, out, hashes);
@@ -101,14 +101,12 @@ class LocalIndex {
   void left_resident(const std::string& key) {
     if (order_) order_->erase(key);
   }
-  void touch(const std::string& key) { touch(key, Map::hash(key)); }
-  // With the key's hash at hand (find_many's): the tiers take it instead of hashing the key again.
-  void touch(const std::string& key, uint64_t hash) {
-    resident_.touch(key, hash);
-    if (hot_) hot_->touch(key, hash);
+  void touch(const std::string& key) {
+    resident_.touch(key);
+    if (hot_) hot_->touch(key);
     if (order_) order_->touch(key);
   }
-  // touch(*keys[i], hashes[i]) for a batch, its tiers' memory misses overlapped.
+  // touch(*keys[i]) for a batch (hashes[i]: find_many's), its tiers' memory misses overlapped.
   void touch_many(const std::string* const* keys, const uint64_t* hashes, size_t n) {
     resident_.touch_many(keys, hashes, n);
     if (hot_) hot_->touch_many(keys, hashes, n);

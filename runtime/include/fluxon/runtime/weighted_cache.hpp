@@ -206,10 +206,8 @@ class WeightedCache {
 
   // Records an access without copying the value. (get's body again, on purpose: sharing it through a
   // callback measurably slowed the read path, see tools/cache_bench.cpp.)
-  bool touch(const K& key) { return touch(key, static_cast<uint64_t>(Hash{}(key))); }
-  // As touch(key), with Hash{}(key) already computed by the caller (key_hash).
-  bool touch(const K& key, uint64_t key_hash) {
-    const uint64_t h = mix(key_hash);
+  bool touch(const K& key) {
+    const uint64_t h = hash_of(key);
     Shard& s = shard(h);
     std::shared_lock<ShardLock> g(s.m);
     Node* n = s.index.find(h, key);
@@ -218,7 +216,7 @@ class WeightedCache {
     return true;
   }
 
-  // touch(*keys[i], key_hashes[i]) for every i < n, in this order within each shard, and the number
+  // touch(*keys[i]) for every i < n (key_hashes[i] = Hash{}(*keys[i])), in this order within each shard, and the number
   // found. The batch's memory misses overlap: per shard, under one shared lock, every key's slot is
   // prefetched, then every candidate node, then every candidate's key bytes, before any is compared
   // (a 128-key batch paid about three misses per key one after another before: the owner's get_start).
