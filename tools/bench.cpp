@@ -98,15 +98,25 @@ Pct pct(std::vector<double> v) {
   return {v[v.size() / 2], v[std::min(v.size() - 1, size_t(v.size() * 0.99))], sum / v.size()};
 }
 
+struct BenchFailed {};  // a call failed: said on stderr, the bench ends with status 1
+
 #define BENCH_OK(expr)                                                          \
   ({                                                                            \
     auto _r = (expr);                                                           \
     if (!_r.ok()) {                                                             \
       std::fprintf(stderr, "bench: %s: %s\n", #expr, _r.status().to_string().c_str()); \
-      std::exit(1);                                                             \
+      throw BenchFailed{};                                                      \
     }                                                                           \
     std::move(_r.value());                                                      \
   })
+
+#define BENCH_CHECK(expr)                                                     \
+  do {                                                                          \
+    if (Status _s = (expr); !_s.is_ok()) {                                      \
+      std::fprintf(stderr, "bench: %s: %s\n", #expr, _s.to_string().c_str());   \
+      throw BenchFailed{};                                                      \
+    }                                                                           \
+  } while (0)
 
 // Remote gets (L3): keys written through owner 1, read through owner 2, whose owner fetches them over
 // the TCP data plane. Baselines from the same run: the raw data plane (a DataServer and TcpFetcher
@@ -124,13 +134,13 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
   for (int it = 0; it < iters; ++it) {
     const std::vector<std::string> keys{"bench:" + run + ":rsmall:" + std::to_string(it)};
     uint64_t plan = BENCH_OK(a.local_fast_put_start(keys, 4096));
-    if (Status s = BENCH_OK(a.local_fast_put_commit(plan)).result(30); !s.is_ok()) return 1;
+    BENCH_CHECK(BENCH_OK(a.local_fast_put_commit(plan)).result(30));
     for (int pass = 0; pass < 2; ++pass) {
       auto t = Clock::now();
       auto [h, r] = BENCH_OK(b.get_start(keys));
       uint64_t rp = BENCH_OK(b.get_transfer(h));
       (pass == 0 ? remote_us : local_us).push_back(us_since(t));
-      if (Status s = b.release_views(rp); !s.is_ok()) return 1;
+      BENCH_CHECK(b.release_views(rp));
       if (r.transferable_len != 1 || (pass == 0) != (r.leader_keys == 1)) {
         std::fprintf(stderr, "bench: remote get of one key: transferable %u, leaders %u\n", r.transferable_len,
                      r.leader_keys);
@@ -149,7 +159,10 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
   std::vector<double> raw_gbs, remote_gbs;
   // The raw data plane over loopback, same bytes, same batch shape, warm buffers.
   auto server = DataServer::start("127.0.0.1", 0, src.data(), src.size(), 1);
-  if (!server.ok()) return 1;
+  if (!server.ok()) {
+    std::fprintf(stderr, "bench: the raw data plane's server: %s\n", server.status().to_string().c_str());
+    return 1;
+  }
   TcpFetcher fetcher(10000);
   std::vector<double> raw_fresh_gbs, start_ms_v, transfer_ms_v;
   double cold_gbs = 0;
@@ -158,7 +171,7 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
     std::vector<ReadRange> ranges;
     for (size_t k = 0; k < n; ++k) ranges.push_back(ReadRange{k * len, len, dst.data() + k * len});
     auto t = Clock::now();
-    if (Status s = fetcher.read("127.0.0.1", (*server)->port(), 1, ranges); !s.is_ok()) return 1;
+    BENCH_CHECK(fetcher.read("127.0.0.1", (*server)->port(), 1, ranges));
     const double raw = n * len / (us_since(t) * 1e3);
     // The same fetch landing in memory never written before (as a remote get's new slots are):
     // what first writes into fresh pages cost on this machine.
@@ -167,7 +180,7 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
       std::vector<ReadRange> fr;
       for (size_t k = 0; k < n; ++k) fr.push_back(ReadRange{k * len, len, fresh.get() + k * len});
       t = Clock::now();
-      if (Status s = fetcher.read("127.0.0.1", (*server)->port(), 1, fr); !s.is_ok()) return 1;
+      BENCH_CHECK(fetcher.read("127.0.0.1", (*server)->port(), 1, fr));
       if (round > 0) raw_fresh_gbs.push_back(n * len / (us_since(t) * 1e3));
     }
     std::vector<std::string> keys;
@@ -175,7 +188,7 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
     uint64_t plan = BENCH_OK(a.local_fast_put_start(keys, len));
     auto* blob = reinterpret_cast<uint64_t*>(plan);
     for (size_t k = 0; k < n; ++k) std::memcpy(reinterpret_cast<void*>(blob[2 + k]), src.data() + k * len, len);
-    if (Status s = BENCH_OK(a.local_fast_put_commit(plan)).result(30); !s.is_ok()) return 1;
+    BENCH_CHECK(BENCH_OK(a.local_fast_put_commit(plan)).result(30));
     t = Clock::now();
     auto [h, r] = BENCH_OK(b.get_start(keys));
     const double start_ms = us_since(t) / 1e3;
@@ -185,7 +198,7 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
     const double remote = n * len / (us_since(t) * 1e3);
     auto* rb = reinterpret_cast<uint64_t*>(rplan);
     for (size_t k = 0; k < n; ++k) std::memcpy(dst.data() + k * len, reinterpret_cast<void*>(rb[2 + k]), len);
-    if (Status s = b.release_views(rplan); !s.is_ok()) return 1;
+    BENCH_CHECK(b.release_views(rplan));
     if (r.leader_keys != n || std::memcmp(src.data(), dst.data(), n * len) != 0) {
       std::fprintf(stderr, "bench: remote data round %d: %u leaders or a byte mismatch\n", round, r.leader_keys);
       return 1;
@@ -232,7 +245,21 @@ int bench_remote(const ClusterConfig& cluster, KvClient& a, const std::string& r
 
 }  // namespace
 
+namespace {
+int bench_body(const ClusterConfig& cluster, int argc, char** argv);
+}  // namespace
+
+// A failed call ends the bench, never the process: the caller still stops the cluster it started.
 int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
+  try {
+    return bench_body(cluster, argc, argv);
+  } catch (const BenchFailed&) {
+    return 1;
+  }
+}
+
+namespace {
+int bench_body(const ClusterConfig& cluster, int argc, char** argv) {
   int iters = 200, get_rounds = 1;
   std::vector<int> batches;
   bool json = false;
@@ -262,7 +289,10 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     std::vector<double> rtt;
     for (int i = 0; i < iters * 2; ++i) {
       auto t = Clock::now();
-      if (Status s = k.ping(); !s.is_ok()) std::exit(1);
+      if (Status s = k.ping(); !s.is_ok()) {
+        std::fprintf(stderr, "bench: ping: %s\n", s.to_string().c_str());
+        throw BenchFailed{};
+      }
       rtt.push_back(us_since(t));
     }
     return pct(rtt);
@@ -352,7 +382,7 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
       uint64_t rp = BENCH_OK(c.get_transfer(h));
       gt.push_back(us_since(t2));
       t2 = Clock::now();
-      if (Status s = c.release_views(rp); !s.is_ok()) return 1;
+      BENCH_CHECK(c.release_views(rp));
       rv.push_back(us_since(t2));
       get.push_back(us_since(t));
       get_total += get.back();
@@ -397,7 +427,10 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
   // The same kind of memory as the segment: shared memory (shmem), mapped with MADV_HUGEPAGE as
   // segments are, written once before the rounds (warm, as the segment's reused slots are).
   void* shm = ::mmap(nullptr, n * len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (shm == MAP_FAILED) return 1;
+  if (shm == MAP_FAILED) {
+    std::perror("bench: mmap of the shared-memory baseline buffer");
+    return 1;
+  }
   (void)::madvise(shm, n * len, MADV_HUGEPAGE);
   std::memset(shm, 1, n * len);
   for (int round = 0; round < 6; ++round) {
@@ -417,13 +450,13 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
     for (size_t k = 0; k < n; ++k) std::memcpy(reinterpret_cast<void*>(blob[2 + k]), src.data() + k * len, len);
     auto fut = BENCH_OK(c.local_fast_put_commit(plan));
     const double put = n * len / (us_since(t) * 1e3);
-    if (Status s = fut.result(30); !s.is_ok()) return 1;
+    BENCH_CHECK(fut.result(30));
     t = Clock::now();
     auto [h, r] = BENCH_OK(c.get_start(keys));
     uint64_t rp = BENCH_OK(c.get_transfer(h));
     auto* rb = reinterpret_cast<uint64_t*>(rp);
     for (size_t k = 0; k < n; ++k) std::memcpy(dst.data() + k * len, reinterpret_cast<void*>(rb[2 + k]), len);
-    if (Status s = c.release_views(rp); !s.is_ok()) return 1;
+    BENCH_CHECK(c.release_views(rp));
     const double get = n * len / (us_since(t) * 1e3);
     if (std::memcmp(src.data(), dst.data(), n * len) != 0) {
       std::fprintf(stderr, "bench: data mismatch in round %d\n", round);
@@ -485,4 +518,5 @@ int run_bench(const ClusterConfig& cluster, int argc, char** argv) {
   return rc;
 }
 
+}  // namespace
 }  // namespace fluxon::tools
