@@ -114,6 +114,21 @@ void MasterCore::entomb(const std::string& key, uint32_t node, const Version& ve
                      t->ver.origin_generation == ver.origin_generation && ver.put_id < t->ver.put_id;
   if (older) tombstones_.renew(tk, now_ + kTombstoneMs);
   else tombstones_.set(tk, Removed{ver, generation}, now_ + kTombstoneMs);
+  if (ver.origin_node == node) {
+    OwnEntombed& hi = own_entombed_[node];
+    if (generation > hi.generation) hi = OwnEntombed{generation, ver.put_id};
+    else if (generation == hi.generation) hi.put_id = std::max(hi.put_id, ver.put_id);
+  }
+}
+
+bool MasterCore::tomb_possible(uint32_t node, uint64_t generation, uint64_t put_id) const {
+  if (tombstones_.empty()) return false;
+  auto it = own_entombed_.find(node);
+  if (it == own_entombed_.end()) return false;
+  // A tombstone covers only its own generation and put_ids up to its own; every one of this node's
+  // generation is at most hi.put_id (older generations' never match a current item).
+  if (generation != it->second.generation) return generation < it->second.generation;
+  return put_id <= it->second.put_id;
 }
 
 bool MasterCore::Removed::covers(uint64_t gen, const Version& v) const {
@@ -129,12 +144,8 @@ bool MasterCore::entombed(const std::string& key, uint32_t node, uint64_t genera
 
 void MasterCore::count_cohort(uint32_t node, const Replica& rep, int delta) {
   const CohortKey k{node, rep.generation, rep.instance, rep.group};
-  auto it = cohorts_.find(k);
-  if (delta > 0) {
-    cohorts_[k]++;
-  } else if (it != cohorts_.end() && --it->second == 0) {
-    cohorts_.erase(it);
-  }
+  if (delta > 0) ++*cohorts_.try_emplace(k, 0).first;
+  else if (uint32_t* n = cohorts_.find(k); n && --*n == 0) cohorts_.erase(k);
 }
 
 void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
@@ -224,8 +235,13 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
   rep.results.reserve(pd.items.size());
   bool duplicate = false;
   prepare_probes(pd.items.size(), [&](size_t i) -> std::string_view { return pd.items[i]->key; });
-  if (!tombstones_.empty())  // a new key looks for its tombstone
-    for (const auto& item : pd.items) tombstones_.map().prefetch(tomb_key(item->key, pd.node_id));
+  // A new key looks for its tombstone, unless none can cover it (its own newer version).
+  const bool own_tombs = tomb_possible(pd.node_id, pd.generation, pd.put_id);
+  auto may_be_entombed = [&](const wire::RouteItemT& item) {
+    return item.origin_node ? !tombstones_.empty() : own_tombs;
+  };
+  for (const auto& item : pd.items)
+    if (may_be_entombed(*item)) tombstones_.map().prefetch(tomb_key(item->key, pd.node_id));
   for (size_t i = 0; i < pd.items.size(); ++i) {
     const auto& item = pd.items[i];
     if (pd.generation < o.generation) {
@@ -287,7 +303,7 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       counters_.put_done_exists_total++;
       continue;
     }
-    if (!tombstones_.empty()) {
+    if (may_be_entombed(*item)) {
       const TombKey tk = tomb_key(item->key, pd.node_id);
       if (const Removed* t = tombstones_.find(tk)) {
         if (t->covers(pd.generation, v)) {
@@ -447,10 +463,12 @@ std::string MasterCore::derived_bounds_violation() const {
     return "reads: " + std::to_string(reads_.size()) + " entries counting " + std::to_string(leases) +
            " leases for " + std::to_string(gets_.size()) + " gets";
   uint64_t members = 0;
-  for (const auto& [k, n] : cohorts_) {
-    if (n == 0) return "cohorts: an entry of count 0";
+  bool zero = false;
+  cohorts_.for_each([&](const CohortKey&, uint32_t n) {
+    zero |= n == 0;
     members += n;
-  }
+  });
+  if (zero) return "cohorts: an entry of count 0";
   if (members != replicas_ || cohorts_.size() > replicas_)
     return "cohorts: " + std::to_string(cohorts_.size()) + " entries counting " + std::to_string(members) +
            " members for " + std::to_string(replicas_) + " replicas";

@@ -162,8 +162,8 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     keys.insert(m->key);
   }
   for (const auto& [cohort, n] : asked) {
-    auto c = cohorts_.find(cohort);
-    if (c == cohorts_.end() || c->second != n)
+    const uint32_t* c = cohorts_.find(cohort);
+    if (!c || *c != n)
       return busy(wire::ReclaimBusy::Closure, counters_.reclaim_busy_closure_total);
   }
   if (req.tp_closure)

@@ -294,6 +294,14 @@ class MasterCore {
   static constexpr size_t kTombstones = size_t(1) << 22;
   ExpiringMap<TombKey, Removed, FlatMap<TombKey, ExpiringSlot<Removed>, TombHash>> tombstones_{kTombstones};
   void entomb(const std::string& key, uint32_t node, const Version& ver, uint64_t generation);
+  // Per node, the newest generation its own versions were entombed under and the highest put_id
+  // entombed in it: a node's own item newer than that (its put_ids grow) has no tombstone, so a
+  // fresh put skips the lookup, a miss in a table of millions. Bound: one entry per node.
+  struct OwnEntombed {
+    uint64_t generation = 0, put_id = 0;
+  };
+  std::unordered_map<uint32_t, OwnEntombed> own_entombed_;
+  bool tomb_possible(uint32_t node, uint64_t generation, uint64_t put_id) const;
   bool entombed(const std::string& key, uint32_t node, uint64_t generation, const Version& v) const;
   static constexpr Millis kTombstoneMs = 10 * 60 * 1000;
   Millis now_ = 0;
@@ -310,7 +318,13 @@ class MasterCore {
   // reclaim's members must be all of them (the cohort's closure), never part. Bound: derived, one
   // entry per cohort with a replica in the table, the counts summing to replica_count().
   using CohortKey = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t>;
-  std::map<CohortKey, uint32_t> cohorts_;
+  struct CohortHash {
+    size_t operator()(const CohortKey& k) const noexcept {
+      const auto& [node, gen, instance, group] = k;
+      return MixHash{}(instance * 0x9e3779b97f4a7c15ull ^ (gen << 20) ^ (uint64_t(node) << 40) ^ group);
+    }
+  };
+  FlatMap<CohortKey, uint32_t, CohortHash> cohorts_;
   // Reclaim transactions, (node, epoch) -> the fenced members; (key, node) -> the epoch fencing it.
   // While fenced a replica is no get's source, its key takes no put from that node, and no other
   // removal touches it; while a demotion fences a key, no other node's copy of it is fenced.

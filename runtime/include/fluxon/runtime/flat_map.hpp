@@ -25,18 +25,23 @@ struct MixHash {
 
 template <class K, class V, class H>
 class FlatMap {
-  struct Slot {
+  struct Slot {  // the flag and the key first: a probe reads them, in the slot's first cache line
+    bool used = false;
     K key{};
     V value{};
-    bool used = false;
   };
 
  public:
   FlatMap() : slots_(16) {}
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  // Starts fetching the slot where key's probe begins.
-  void prefetch(const K& key) const { __builtin_prefetch(&slots_[H{}(key) & mask()]); }
+  // Starts fetching the slot where key's probe begins, all of it: a slot wider than the space left
+  // in its first cache line ends in the next one.
+  void prefetch(const K& key) const {
+    const Slot* s = &slots_[H{}(key) & mask()];
+    __builtin_prefetch(s);
+    if constexpr (sizeof(Slot) > 8) __builtin_prefetch(reinterpret_cast<const char*>(s) + sizeof(Slot) - 1);
+  }
   V* find(const K& key) {
     const size_t i = index_of(key);
     return i == kNone ? nullptr : &slots_[i].value;
@@ -48,7 +53,7 @@ class FlatMap {
     if ((size_ + 1) * 4 > slots_.size() * 3) grow();
     size_t i = H{}(key) & mask();
     while (slots_[i].used) i = (i + 1) & mask();
-    slots_[i] = Slot{key, std::move(value), true};
+    slots_[i] = Slot{true, key, std::move(value)};
     size_++;
     return {&slots_[i].value, true};
   }
