@@ -3,7 +3,8 @@
 // uint64_t> of the same keys in the same run. The master's side of each message is timed: decoding
 // the request as it came off the wire, handling it and encoding the reply (the client built and
 // encoded the request before, untimed). Every reply is checked.
-//   build/tools/fluxon_master_bench [--keys N] [--json]   (default 2,000,000 keys)
+//   build/tools/fluxon_master_bench [--keys N] [--kv-event-log N] [--json]   (default 2,000,000 keys;
+//   the KV-event log at the master's default bound, 131,072 events; 0: off)
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "fluxon/master/master_core.hpp"
+#include "fluxon/runtime/config.hpp"
 
 using namespace fluxon;
 
@@ -79,11 +81,12 @@ std::unique_ptr<Envelope> serve(MasterCore& m, const Bytes& req, Clock::duration
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t n = 2000000;
+  uint64_t n = 2000000, events = MasterConfig{}.kv_event_log_capacity;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--keys" && i + 1 < argc) n = std::stoull(argv[++i]);
+    else if (std::string(argv[i]) == "--kv-event-log" && i + 1 < argc) events = std::stoull(argv[++i]);
     else if (std::string(argv[i]) == "--json") g_json = true;
-    else fail("usage: fluxon_master_bench [--keys N] [--json]");
+    else fail("usage: fluxon_master_bench [--keys N] [--kv-event-log N] [--json]");
   }
   const uint64_t batch = 1024;
   say("master route table, %llu keys of %zu bytes, batches of %llu\n", (unsigned long long)n, key_of(0).size(),
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   }
 
   MasterCore m;
+  m.set_kv_events(events, 1);
   {
     wire::RegisterOwnerT r;
     r.node_id = 1;

@@ -1,6 +1,7 @@
 // The master actor: decode, MasterCore::handle, encode. In the HA mode it answers only while its
 // Campaign says it leads (E1), stamps every reply with its term (E2), and starts from an empty core
 // at each new term: the owners resync their live routes to it, as to a restarted master.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 
@@ -65,9 +66,12 @@ void export_metrics(MasterState& st) {
             ++st.metrics_refreshes);
 }
 
-void fresh_core(MasterState& st) {
+// epoch names the core's KV-event log in readers' cursors: the term it serves (HA), or this
+// master's start time in ms (one master: a restarted master's log is another log).
+void fresh_core(MasterState& st, uint64_t epoch) {
   st.core = MasterCore(st.cfg.get_inflight_ttl_ms, st.cfg.replica_target_roles());
   st.core.set_tiers(st.cfg.replica_cache_capacity_ratio, st.cfg.replica_writeback_tier1_capacity_ratio);
+  st.core.set_kv_events(st.cfg.kv_event_log_capacity, epoch);
 }
 
 // HA: whether this master may answer now; a new term starts from an empty core (E2).
@@ -75,7 +79,7 @@ bool leads(MasterState& st) {
   if (!st.campaign) return true;
   if (!st.campaign->serving()) return false;
   if (const uint64_t t = st.campaign->term(); t != st.term) {
-    fresh_core(st);
+    fresh_core(st, t);
     st.term = t;
     st.core_resets_total++;
   }
@@ -108,7 +112,9 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
                            std::shared_ptr<Campaign> campaign) {
   self->state.cfg = mcfg;
   self->state.campaign = std::move(campaign);
-  fresh_core(self->state);
+  fresh_core(self->state, uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count()));
   if (metrics && mcfg.metrics_port != 0) {
     try {
       self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);

@@ -238,6 +238,28 @@ Result<std::map<std::string, uint64_t>> KvClient::master_stats() {
   return stat_map(s->values);
 }
 
+Result<KvClient::KvEventBatch> KvClient::kv_events(const std::string& prefix, uint64_t epoch, uint64_t seq,
+                                                   uint32_t max) {
+  if (prefix.size() > 65536)
+    return invalid_argument("prefix: " + std::to_string(prefix.size()) + " bytes (at most 65536)");
+  auto r = impl_->driver->request("kv_events", make_envelope(wire::KvEventsReqT{{}, prefix, epoch, seq, max}));
+  if (!r.ok()) return r.status();
+  auto* k = (*r)->body.AsKvEventsReply();
+  if (!k) return envelope_status(**r);
+  KvEventBatch b;
+  b.epoch = k->epoch;
+  b.next_seq = k->next_seq;
+  b.first_seq = k->first_seq;
+  b.lost = k->lost;
+  b.events.reserve(k->events.size());
+  for (const auto& e : k->events) {
+    if (!e) return Status(Code::kInternal, "kv_events: malformed reply");
+    b.events.push_back(KvEventRecord{e->seq, e->kind == wire::KvEventKind::Stored, e->key, e->node, e->origin_node,
+                                     e->origin_generation, e->put_id, e->cause});
+  }
+  return b;
+}
+
 Result<uint64_t> KvClient::master_route_count() {
   auto r = impl_->driver->call_master("master_route_count", make_envelope(wire::MasterStatsReqT{}));
   if (!r.ok()) return r.status();

@@ -10,7 +10,7 @@ import ctypes
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from . import errors
 from .errors import (Closed, Error, GenerationMismatch, Internal, InvalidArgument, KeyConflict, KeyNotFound,
@@ -20,11 +20,37 @@ from ._fluxon import PLAN_MAGIC, _Client
 __version__ = "0.2.0"
 
 __all__ = [
-    "KvClient", "PutOptionalArgs", "GetStartResult", "GetStartHandle", "KvFuture", "ExistsResult", "plan_pointers",
+    "KvClient", "KvEvent", "PutOptionalArgs", "GetStartResult", "GetStartHandle", "KvFuture", "ExistsResult", "plan_pointers",
     "plan_lengths", "PLAN_MAGIC", "__version__",
     "Error", "InvalidArgument", "KeyConflict", "NoSpace", "LocalReserveTimeout", "KeyNotFound",
     "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal",
 ]
+
+
+class KvEvent(NamedTuple):
+    """One route change (docs/events.md). kind: ``stored``, ``removed`` or ``lost``; version:
+    ``(origin_node, origin_generation, put_id)``; cause (removed): ``removed``, ``reclaimed``,
+    ``demoted``, ``replaced`` or ``owner_restarted``; cursor: where to resume after this event."""
+    kind: str
+    key: str
+    node: int
+    version: tuple
+    cause: str
+    cursor: str
+
+
+def _parse_cursor(cursor: Optional[str]) -> tuple:
+    if cursor is None:
+        return 0, 0
+    if not isinstance(cursor, str):
+        raise InvalidArgument("cursor: expected a str 'EPOCH:SEQ' (from a KvEvent or poll_kv_events) or None")
+    parts = cursor.split(":")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) == 0:
+        raise InvalidArgument(f"cursor: {cursor!r} is not 'EPOCH:SEQ' (from a KvEvent or poll_kv_events)")
+    epoch, seq = int(parts[0]), int(parts[1])
+    if epoch >= 2**64 or seq >= 2**64:
+        raise InvalidArgument(f"cursor: {cursor!r} is out of range")
+    return epoch, seq
 
 
 @dataclass
@@ -319,6 +345,57 @@ class KvClient:
     def master_stats(self) -> dict:
         """The master's figures: routes, replicas, inflight_gets, get/replica task totals."""
         return dict(self._c.master_stats())
+
+    def poll_kv_events(self, prefix: Optional[str] = None, cursor: Optional[str] = None,
+                       max_events: int = 0) -> tuple:
+        """One read of the master's KV-event log (docs/events.md): ``(events, cursor)``, the
+        events after ``cursor`` (None: from the oldest the master holds) whose key starts with
+        ``prefix``, at most ``max_events`` (0: the master's bound, 4096), and the cursor to read on
+        from. When the cursor could not be continued (a new master, or events dropped at the log's
+        bound) the first event is a ``lost`` one: re-sync, then go on from its cursor."""
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidArgument("prefix: expected a str or None")
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or not 0 <= max_events < 2**32:
+            raise InvalidArgument("max_events: expected an int in [0, 2**32)")
+        epoch, seq = _parse_cursor(cursor)
+        r = self._c.kv_events(prefix or "", epoch, seq, max_events)
+        events = []
+        if r["lost"]:
+            events.append(KvEvent("lost", "", 0, (0, 0, 0), "cursor " + str(cursor) + " could not be continued",
+                                  f"{r['epoch']}:{r['first_seq'] - 1}"))
+        for seq_, kind, key, node, on, og, pid, cause in r["events"]:
+            events.append(KvEvent(kind, key, node, (on, og, pid), cause, f"{r['epoch']}:{seq_}"))
+        return events, f"{r['epoch']}:{r['next_seq']}"
+
+    def kv_events(self, prefix: Optional[str] = None, cursor: Optional[str] = None,
+                  poll_interval_s: float = 0.05, idle_timeout_s: Optional[float] = None) -> Iterator["KvEvent"]:
+        """Streams the master's route changes as :class:`KvEvent`: ``stored(key, node, version)``
+        and ``removed(key, node, version, cause)``, in order per key (in fact in the master's one
+        order), from ``cursor`` (None: the oldest event the master holds). Each event carries the
+        cursor to resume after it. A ``lost`` event says the stream could not go on from where it
+        was (a new master, or a slow reader overtaken at the log's bound): what the reader knew
+        may be stale, and the events after it are the log's oldest. Polls every
+        ``poll_interval_s`` while there is nothing new; ends after ``idle_timeout_s`` without an
+        event (None: never). A transient error (the owner or master restarting) is retried."""
+        if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) or poll_interval_s <= 0:
+            raise InvalidArgument("poll_interval_s: expected a positive number of seconds")
+        _parse_cursor(cursor)
+        import time
+        idle_since = time.monotonic()
+        while True:
+            try:
+                events, cursor_next = self.poll_kv_events(prefix, cursor)
+            except (Closed, Timeout):
+                events, cursor_next = [], cursor
+            for e in events:
+                yield e
+            if events:
+                idle_since = time.monotonic()
+            cursor = cursor_next
+            if not events:
+                if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
+                    return
+                time.sleep(poll_interval_s)
 
     def register_segments_with_cuda(self) -> None:
         """cudaHostRegister every mapped segment in this process, so the KV kernels can copy to

@@ -374,6 +374,21 @@ PYBIND11_MODULE(_fluxon, m) {
            })
       .def("master_stats",
            [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->master_stats(); })); })
+      .def("kv_events",
+           [](PyClient& self, const std::string& prefix, uint64_t epoch, uint64_t seq, uint32_t max) {
+             auto b = unwrap(released([&, cl = self.c()] { return cl->kv_events(prefix, epoch, seq, max); }));
+             py::list events;
+             for (const auto& e : b.events)
+               events.append(py::make_tuple(e.seq, e.stored ? "stored" : "removed", e.key, e.node, e.origin_node,
+                                            e.origin_generation, e.put_id, e.cause));
+             py::dict d;
+             d["events"] = events;
+             d["epoch"] = b.epoch;
+             d["next_seq"] = b.next_seq;
+             d["first_seq"] = b.first_seq;
+             d["lost"] = b.lost;
+             return d;
+           })
       .def("master_route_count",
            [](PyClient& self) { return unwrap(released([&, cl = self.c()] { return cl->master_route_count(); })); })
       .def("_send_raw_for_test",

@@ -103,7 +103,7 @@ Status get_str(const YAML::Node& n, const std::string& key, const std::string& w
   } while (0)
 
 Status parse_master(const YAML::Node& n, MasterConfig& m, const std::string& where = "master") {
-  FLX_TRY(check_keys(n, where, {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms",
+  FLX_TRY(check_keys(n, where, {"listen_host", "port", "metrics_port", "get_inflight_ttl_ms", "kv_event_log_capacity",
                                    "replica_target_roles", "replica_task_placement", "replica_cache_capacity_ratio",
                                    "replica_writeback_tier1_capacity_ratio"}));
   if (n["replica_target_roles"] && n["replica_task_placement"])
@@ -135,6 +135,10 @@ Status parse_master(const YAML::Node& n, MasterConfig& m, const std::string& whe
     return invalid_argument(where + ".replica_writeback_tier1_capacity_ratio: needs "
                             "replica_task_placement.restrict_to_remote_only_node_roles: true");
   FLX_TRY(get_uint(n, "get_inflight_ttl_ms", where, m.get_inflight_ttl_ms));
+  FLX_TRY(get_uint(n, "kv_event_log_capacity", where, m.kv_event_log_capacity));
+  if (m.kv_event_log_capacity > (uint64_t(1) << 24))
+    return invalid_argument(where + ".kv_event_log_capacity: " + std::to_string(m.kv_event_log_capacity) +
+                            " is above the limit of 16777216 events");
   FLX_TRY(get_str(n, "listen_host", where, m.listen_host));
   FLX_TRY(get_uint(n, "port", where, m.port));
   if (n["metrics_port"] && n["metrics_port"].as<std::string>() == "0") m.metrics_port = 0;
@@ -472,6 +476,7 @@ std::string describe(const ClusterConfig& c) {
   auto master = [&](const MasterConfig& m, const std::string& first, const std::string& in) {
     o << first << "listen_host: " << m.listen_host << "\n" << in << "port: " << m.port << "\n" << in
       << "metrics_port: " << m.metrics_port << "\n" << in << "get_inflight_ttl_ms: " << m.get_inflight_ttl_ms << "\n"
+      << in << "kv_event_log_capacity: " << m.kv_event_log_capacity << "\n"
       << in << "replica_task_placement:\n" << in << "  remote_only_node_roles: " << roles(m.remote_only_node_roles)
       << "\n" << in << "  restrict_to_remote_only_node_roles: " << b(m.restrict_to_remote_only_node_roles) << "\n";
     if (m.replica_cache_capacity_ratio > 0) o << in << "replica_cache_capacity_ratio: " << m.replica_cache_capacity_ratio << "\n";

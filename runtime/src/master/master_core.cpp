@@ -35,7 +35,7 @@ MasterCore::Replica* MasterCore::find_replica(Route& r, uint32_t node_id) {
   return nullptr;
 }
 
-bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tombstone) {
+bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tombstone, const char* cause) {
   auto it = routes_.find(key);
   if (it == routes_.end()) return false;
   auto& reps = it->second.replicas;
@@ -43,6 +43,7 @@ bool MasterCore::drop_replica(const std::string& key, uint32_t node_id, bool tom
   while (at < reps.size() && reps[at].node_id != node_id) ++at;
   if (at == reps.size()) return false;
   if (tombstone) entomb(key, node_id, it->second.ver, reps[at].generation);
+  events_.removed(key, node_id, it->second.ver, cause);
   count_cohort(node_id, reps[at], -1);
   if (!tiers_.empty()) tier_leave(node_id, key);
   reps.erase_at(at);
@@ -150,6 +151,7 @@ void MasterCore::count_cohort(uint32_t node, const Replica& rep, int delta) {
 
 void MasterCore::add_replica(const std::string& key, Route& r, Replica rep) {
   count_cohort(rep.node_id, rep, +1);
+  events_.stored(key, rep.node_id, r.ver);
   r.replicas.push_back(rep);
   replicas_++;
   counters_.replicas_published_total++;
@@ -169,7 +171,7 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     for (const auto& [k, r] : routes_)
       for (const auto& rep : r.replicas)
         if (rep.node_id == node_id) keys.emplace_back(k);
-    for (const auto& k : keys) dropped += drop_replica(k, node_id, false) ? 1 : 0;
+    for (const auto& k : keys) dropped += drop_replica(k, node_id, false, "owner_restarted") ? 1 : 0;
     // Its prepared gets died with its memory; gets it was the source of fail at transfer time and
     // are revoked by their requesters.
     for (auto it = gets_.begin(); it != gets_.end();) {
@@ -279,6 +281,8 @@ Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
       const bool own_versions = v.origin_node == pd.node_id && v.origin_generation == pd.generation &&
                                 r.ver.origin_node == pd.node_id && r.ver.origin_generation == pd.generation;
       if (only_own && own_versions && v.put_id > r.ver.put_id) {
+        events_.removed(item->key, pd.node_id, r.ver, "replaced");
+        events_.stored(item->key, pd.node_id, v);
         r.ver = v;
         r.len = item->len;
         count_cohort(pd.node_id, r.replicas[0], -1);
@@ -359,7 +363,7 @@ Envelope MasterCore::remove_routes(const wire::RemoveRoutesT& rr) {
       continue;
     }
     if (match) {
-      drop_replica(item->key, item->node_id, true);
+      drop_replica(item->key, item->node_id, true, "removed");
       (routes_.count(item->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;
     }
     rep.removed.push_back(match);
@@ -411,6 +415,7 @@ Envelope MasterCore::handle(const Envelope& req, Millis now) {
   if (auto* gd = req.body.AsBatchGetDone()) return with_victims(gd->node_id, get_done(*gd));
   if (auto* gr = req.body.AsBatchGetRevoke()) return with_victims(gr->node_id, get_revoke(*gr));
   if (auto* rr = req.body.AsRemoveRoutes()) return remove_routes(*rr);
+  if (auto* ke = req.body.AsKvEventsReq()) return kv_events_read(*ke);
   if (auto* rc = req.body.AsReclaim()) return with_victims(rc->node_id, reclaim(*rc));
   if (auto* rp = req.body.AsReplicaPoll()) return with_victims(rp->node_id, replica_poll(*rp));
   if (auto* tp = req.body.AsTierPoll()) return with_victims(tp->node_id, make_envelope(wire::TierPollReplyT{}));
@@ -475,6 +480,31 @@ std::string MasterCore::derived_bounds_violation() const {
   return "";
 }
 
+Envelope MasterCore::kv_events_read(const wire::KvEventsReqT& req) {
+  counters_.kv_event_reads_total++;
+  const KvEventLog::Read r = events_.read(req.epoch, req.seq, req.prefix, req.max);
+  if (r.lost) counters_.kv_event_reads_lost_total++;
+  wire::KvEventsReplyT rep;
+  rep.epoch = events_.epoch();
+  rep.next_seq = r.next_seq;
+  rep.first_seq = r.first_seq;
+  rep.lost = r.lost;
+  rep.events.reserve(r.events.size());
+  for (const KvEvent& e : r.events) {
+    auto w = std::make_unique<wire::KvEventT>();
+    w->seq = e.seq;
+    w->kind = e.kind == KvEvent::Kind::kStored ? wire::KvEventKind::Stored : wire::KvEventKind::Removed;
+    w->key = std::string(e.key);
+    w->node = e.node;
+    w->origin_node = e.ver.origin_node;
+    w->origin_generation = e.ver.origin_generation;
+    w->put_id = e.ver.put_id;
+    w->cause = e.cause;
+    rep.events.push_back(std::move(w));
+  }
+  return make_envelope(std::move(rep));
+}
+
 MasterStats MasterCore::stats() const {
   MasterStats s;
   s.routes = routes_.size();
@@ -484,6 +514,8 @@ MasterStats MasterCore::stats() const {
   s.replica_tasks_queued = replica_queue_.size();
   s.reclaims = reclaims_.size();
   s.reclaim_fences = reclaim_fences_.size();
+  s.kv_events = events_.size();
+  s.kv_event_seq = events_.next_seq() - 1;
   for (const auto& [node, t] : tiers_) {
     s.tier2_bytes += t.t2 ? t.t2->weighted_size() : 0;
     s.tier1_bytes += t.t1 ? t.t1->weighted_size() : 0;

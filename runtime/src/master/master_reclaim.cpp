@@ -214,7 +214,7 @@ Envelope MasterCore::reclaim_commit(const wire::ReclaimT& req) {
   for (const auto& m : req.members) {
     if (member_state(*m, node, req.generation) != MemberState::kPresent) continue;
     const uint64_t len = routes_.find(m->key)->second.len;
-    drop_replica(m->key, node, true);
+    drop_replica(m->key, node, true, demote ? "demoted" : "reclaimed");
     removed++;
     counters_.reclaim_replicas_removed_total++;
     (routes_.count(m->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;

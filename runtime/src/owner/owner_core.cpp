@@ -98,10 +98,13 @@ void OwnerCore::dispatch_client(uint64_t token, Envelope& req, Millis now, Outbo
   if (auto* p = req.body.AsGetTransferReq()) return gets_.get_transfer(token, session, *p, now, out);
   if (auto* p = req.body.AsExistsReq()) return exists_.ask(token, session, *p, now, out);
   if (auto* p = req.body.AsRemovePrefixReq()) return remove_prefix(token, session, *p, now, out);
-  if (req.body.AsMasterStatsReq()) {  // forwarded: clients of a daemon owner have no master link
+  // Forwarded, the master's answer passed back: clients of a daemon owner have no master link.
+  if (req.body.AsMasterStatsReq() || req.body.AsKvEventsReq()) {
     const uint64_t tok = s_.new_token(JobKind::kProxy);
     proxied_[tok] = {session, token};
-    return s_.to_master(tok, make_envelope(wire::MasterStatsReqT{}), out);
+    Envelope fwd;
+    fwd.body = std::move(req.body);
+    return s_.to_master(tok, std::move(fwd), out);
   }
   s_.reply_error(session, token, Status(Code::kMalformedMessage, std::string("unexpected request ") + body_name(req)),
                  out);

@@ -65,6 +65,23 @@ class KvClient {
   Result<uint64_t> master_route_count();
   // The master's figures (routes, replicas, inflight gets, replica tasks...): tools and reports.
   Result<std::map<std::string, uint64_t>> master_stats();
+  // KV events (docs/events.md): the master's route changes after the cursor (epoch, seq; epoch 0:
+  // from the oldest event it holds), keys starting with prefix, at most max (0: the master's bound).
+  struct KvEventRecord {
+    uint64_t seq = 0;
+    bool stored = true;  // false: removed
+    std::string key;
+    uint32_t node = 0;
+    uint32_t origin_node = 0;
+    uint64_t origin_generation = 0, put_id = 0;
+    std::string cause;  // removed: removed, reclaimed, demoted, replaced, owner_restarted
+  };
+  struct KvEventBatch {
+    std::vector<KvEventRecord> events;
+    uint64_t epoch = 0, next_seq = 0, first_seq = 0;  // (epoch, next_seq): the cursor to read on from
+    bool lost = false;  // the cursor could not be continued: events after it are gone (re-sync)
+  };
+  Result<KvEventBatch> kv_events(const std::string& prefix, uint64_t epoch, uint64_t seq, uint32_t max);
   void close();
 
   struct Impl;

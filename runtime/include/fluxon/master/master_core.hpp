@@ -18,7 +18,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "fluxon/master/kv_events.hpp"
 #include "fluxon/master/route_table.hpp"
+#include "fluxon/master/version.hpp"
 #include "fluxon/runtime/expiring_map.hpp"
 #include "fluxon/runtime/flat_map.hpp"
 #include "fluxon/messages/codec.hpp"
@@ -29,12 +31,6 @@ namespace fluxon {
 using Millis = int64_t;
 // Counters: fluxon/master/master_counters.hpp.
 
-struct Version {
-  uint32_t origin_node = 0;
-  uint64_t origin_generation = 0;
-  uint64_t put_id = 0;
-  bool operator==(const Version&) const = default;
-};
 
 class MasterCore {
  public:
@@ -57,6 +53,13 @@ class MasterCore {
   static constexpr Millis kTierHandMs = 10000;
   static constexpr uint32_t kTierPollMs = 200;  // how often an owner with tiers asks for its victims
   void set_tiers(double tier2_ratio, double tier1_ratio) { t2_ratio_ = tier2_ratio, t1_ratio_ = tier1_ratio; }
+  // The KV-event log (docs/events.md): its bound, and the epoch naming it in readers' cursors (the
+  // leader's term; with one master, its start time) - set before any owner registers.
+  void set_kv_events(size_t capacity, uint64_t epoch) {
+    events_ = KvEventLog(capacity);
+    events_.set_epoch(epoch);
+  }
+  const KvEventLog& kv_events() const { return events_; }
   // (T2 bytes, T1 bytes, victims' bytes) of a node's tiers (tests, gauges).
   struct TierSizes {
     uint64_t t2 = 0, t1 = 0, victims = 0, t2_capacity = 0, t1_capacity = 0;
@@ -98,6 +101,7 @@ class MasterCore {
     counters_.dropped_tombstones_total = tombstones_.dropped();
     counters_.dropped_ended_reclaims_total = ended_reclaims_.dropped();
     counters_.dropped_writeback_tasks_total = writeback_tasks_.dropped();
+    counters_.dropped_kv_events_total = events_.dropped();
     return counters_;
   }
   // The route's put_id, or 0 when there is none (tests).
@@ -146,7 +150,8 @@ class MasterCore {
   uint64_t admit_generation(uint32_t node_id, uint64_t generation);
   Replica* find_replica(Route& r, uint32_t node_id);
   // Removes node's replica of key; the route goes with its last replica. Returns true if removed.
-  bool drop_replica(const std::string& key, uint32_t node_id, bool tombstone);
+  // cause: the removed event's (a static string: docs/events.md lists them).
+  bool drop_replica(const std::string& key, uint32_t node_id, bool tombstone, const char* cause);
   // The route tiers (master_tiers.cpp).
   using RouteTier = WeightedCache<std::string, Version>;
   struct TierVictim {
@@ -354,6 +359,9 @@ class MasterCore {
   ExpiringMap<ReclaimId, EndedReclaim, std::map<ReclaimId, ExpiringSlot<EndedReclaim>>> ended_reclaims_{kEndedReclaims};
   void note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how,
                           wire::ReclaimBusy why = wire::ReclaimBusy::None);
+  // Bound: its capacity (kv_event_log_capacity; 0 until set_kv_events), the oldest dropped, counted.
+  KvEventLog events_;
+  Envelope kv_events_read(const wire::KvEventsReqT& req);
   mutable MasterCounters counters_;  // mutable: counters() reads the maps' drop counts in
 };
 

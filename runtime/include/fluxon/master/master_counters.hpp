@@ -101,6 +101,9 @@
   X(dropped_tombstones_total, "fluxon_master_bound_drops_total", "container=tombstones", "Entries dropped at a container's bound, oldest first") \
   X(dropped_ended_reclaims_total, "fluxon_master_bound_drops_total", "container=ended_reclaims", "Entries dropped at a container's bound, oldest first") \
   X(dropped_writeback_tasks_total, "fluxon_master_bound_drops_total", "container=writeback_tasks", "Entries dropped at a container's bound, oldest first") \
+  X(dropped_kv_events_total, "fluxon_master_bound_drops_total", "container=kv_events", "Entries dropped at a container's bound, oldest first") \
+  X(kv_event_reads_total, "fluxon_master_kv_event_reads_total", "", "KV-event reads (KvEventsReq from routers through their owners)") \
+  X(kv_event_reads_lost_total, "fluxon_master_kv_event_reads_lost_total", "", "KV-event reads whose cursor the log could not continue (another epoch, or events dropped): told lost") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
 
 // The master's gauges: (field, stats name, Prometheus family, label, help).
@@ -115,7 +118,9 @@
   X(tier2_bytes, "tier2_bytes", "fluxon_master_tier_bytes", "tier=t2", "Slot bytes in the master's route tiers, over all nodes") \
   X(tier1_bytes, "tier1_bytes", "fluxon_master_tier_bytes", "tier=t1", "Slot bytes in the master's route tiers, over all nodes") \
   X(tier2_victim_bytes, "tier2_victim_bytes", "fluxon_master_tier2_victim_bytes", "", "Slot bytes T2 selected whose replicas have not gone yet") \
-  X(tier2_victims, "tier2_victims", "fluxon_master_tier2_victims", "", "T2 victims whose replicas have not gone yet")
+  X(tier2_victims, "tier2_victims", "fluxon_master_tier2_victims", "", "T2 victims whose replicas have not gone yet") \
+  X(kv_events, "kv_events", "fluxon_master_kv_events", "", "Route-change events the KV-event log holds (bound: kv_event_log_capacity)") \
+  X(kv_event_seq, "kv_event_seq", "fluxon_master_kv_event_seq", "", "The sequence number of the newest KV event")
 
 namespace fluxon {
 

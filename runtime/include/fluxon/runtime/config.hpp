@@ -21,6 +21,9 @@ struct MasterConfig {
   uint16_t port = 7600;
   uint16_t metrics_port = 0;  // 0: no /metrics endpoint
   uint32_t get_inflight_ttl_ms = 60000;  // a prepared remote get not done or revoked by then expires
+  // Route-change events the master keeps for readers (docs/events.md), with up to 128 bytes of key
+  // each: 23 MiB at the default, taken as events come; 0: none.
+  uint64_t kv_event_log_capacity = uint64_t(1) << 17;
   // replica_task_placement: replica tasks go to owners of remote_only_node_roles and, with
   // restrict_to_remote_only_node_roles (the default), only there: with none registered a task is
   // refused (NoSpace), never sent to another GPU owner. Not restricted: any owner may take one.
