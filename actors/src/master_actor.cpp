@@ -8,7 +8,7 @@
 #include "caf_types.hpp"
 #include "daemon_util.hpp"
 #include "fluxon/actors/runtime.hpp"
-#include "fluxon/master/master_core.hpp"
+#include "fluxon/master/master_gate.hpp"
 #include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/metrics.hpp"
 
@@ -22,7 +22,8 @@ struct MasterState {
   MasterConfig cfg;
   std::shared_ptr<Campaign> campaign;  // the HA mode; null: the single master, term 0, always serving
   uint64_t term = 0;                   // the term the core serves (HA: since its last reset)
-  uint64_t not_leader_total = 0, newer_term_total = 0, core_resets_total = 0;
+  MasterGate gate;  // leadership and terms around the core (its counters: not_leader, newer_term)
+  uint64_t core_resets_total = 0;
   std::unique_ptr<Metrics> metrics;
   uint64_t metrics_refreshes = 0;
   static inline const char* name = "fluxon_master";
@@ -56,9 +57,9 @@ void export_metrics(MasterState& st) {
     m.counter("fluxon_master_step_downs_total", "Times this master stopped leading (lease lost or not renewed in time)",
               st.campaign->step_downs());
     m.counter("fluxon_master_etcd_errors_total", "etcd calls that failed or timed out", st.campaign->etcd_errors());
-    m.counter("fluxon_master_not_leader_total", "Requests refused because this master did not lead", st.not_leader_total);
+    m.counter("fluxon_master_not_leader_total", "Requests refused because this master did not lead", st.gate.not_leader_total);
     m.counter("fluxon_master_newer_term_total", "Requests that named a newer term than this master's (it was deposed)",
-              st.newer_term_total);
+              st.gate.newer_term_total);
     m.counter("fluxon_master_core_resets_total", "New terms this master started from an empty state", st.core_resets_total);
   }
   // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
@@ -86,25 +87,13 @@ bool leads(MasterState& st) {
   return true;
 }
 
-Envelope not_leader(const std::string& why) {
-  Envelope e = error_envelope(Status(Code::kClosed, why));
-  e.term = 0;  // not a leader's answer: an owner that saw any term refuses it
-  return e;
-}
-
 Envelope serve(MasterState& st, Envelope& req) {
-  if (!leads(st)) {
-    st.not_leader_total++;
-    const std::string at = st.campaign->leader_address();
-    return not_leader("this master does not lead" + (at.empty() ? std::string() : " (the leader: " + at + ")"));
-  }
-  if (req.term > st.term) {  // an owner saw a newer leader: this one is deposed, whatever it believes
-    st.newer_term_total++;
-    st.campaign->poke();
-    return not_leader("term " + std::to_string(req.term) + " is newer than this master's " + std::to_string(st.term));
-  }
-  Envelope rep = st.core.handle(req, now_ms());
-  rep.term = st.term;
+  const bool leading = leads(st);
+  const std::string hint = leading || !st.campaign ? std::string() : st.campaign->leader_address();
+  st.gate.term = st.term;
+  bool deposed = false;
+  Envelope rep = st.gate.serve(st.core, req, now_ms(), leading, hint, &deposed);
+  if (deposed && st.campaign) st.campaign->poke();  // an owner saw a newer leader: this one is deposed, whatever it believes
   return rep;
 }
 

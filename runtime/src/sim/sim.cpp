@@ -56,12 +56,18 @@ void Cluster::Ports::to_master(uint64_t token, SharedBytes bytes, Millis delay) 
   const uint64_t epoch = c_.master_epoch_, life = c_.owners_[owner_].incarnation;
   Cluster& c = c_;
   const int owner = owner_;
-  c.schedule(delay, [&c, owner, token, bytes, epoch, life] {
-    if (epoch != c.master_epoch_) return;  // sent to a master that has since died
+  // The master answers through the gate the daemon runs (MasterGate: leadership, terms).
+  auto answer = [&c, owner, token, bytes, life](MasterCore& core, MasterGate& gate, bool leads) {
     auto req = decode(*bytes);
-    Envelope rep = req.ok() ? c.master_.handle(**req, c.now_) : error_envelope(req.status());
+    Envelope rep = req.ok() ? gate.serve(core, **req, c.now_, leads, "") : error_envelope(req.status());
     if (life != c.owners_[owner].incarnation) return;  // the sender died: its connection with it
     c.owners_[owner].driver->master_replied(token, std::make_shared<const Bytes>(encode(rep)));
+  };
+  c.schedule(delay, [&c, answer, epoch] {
+    if (epoch == c.master_epoch_) return answer(c.master_, c.gate_, true);
+    // Sent to a leader that is paused now: it waits in its queue until the process runs again.
+    if (c.paused_ && epoch == c.paused_->epoch) c.paused_->queue.push_back(answer);
+    // else: sent to a master that has since died
   });
 }
 
@@ -132,6 +138,24 @@ void Cluster::restart_master() {
   master_.set_tiers(tiers_.first, tiers_.second);
   master_epoch_++;
   for (auto& o : owners_) o.driver->master_up(now_, /*reconnected=*/true);
+}
+
+void Cluster::failover_master() {
+  paused_.emplace(Paused{std::move(master_), gate_, master_epoch_, {}});
+  master_ = MasterCore{};
+  master_.set_tiers(tiers_.first, tiers_.second);
+  gate_.term++;  // the standby's election: a newer term (E2)
+  master_epoch_++;
+  for (auto& o : owners_) o.driver->master_up(now_, /*reconnected=*/true);  // found through etcd: resync
+}
+
+void Cluster::resume_old_master() {
+  if (!paused_) return;
+  Paused old = std::move(*paused_);
+  paused_.reset();
+  // Its lease ran out while it was stopped: ElectionCore::serving() is false before it looks at
+  // any request (E1), so what waited in its queue is answered "not the leader" (term 0).
+  for (auto& answer : old.queue) answer(old.core, old.gate, false);
 }
 
 void Cluster::step_to(Millis t) {

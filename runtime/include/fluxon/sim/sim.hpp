@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "fluxon/master/master_core.hpp"
+#include "fluxon/master/master_gate.hpp"
 #include "fluxon/owner/owner_core.hpp"
 #include "fluxon/driver/owner_driver.hpp"
 #include "fluxon/runtime/config.hpp"
@@ -71,6 +71,14 @@ class Cluster {
   void restart_owner(int i);
   // The master process dies and a fresh one (no state) takes its place; owners reconnect.
   void restart_master();
+  // HA: the leader is paused (SIGSTOP) and a standby leads the next term from an empty core; the
+  // owners find it (through etcd) and resync. What was sent to the old leader waits in its queue.
+  void failover_master();
+  // The paused old leader runs again, its lease gone: it answers what waited through the same
+  // MasterGate as the daemon (not the leader, term 0), then is gone.
+  void resume_old_master();
+  uint64_t master_term() const { return gate_.term; }
+  bool master_paused() const { return paused_.has_value(); }
   void run_for(Millis ms);
   bool run_until(const std::function<bool()>& pred, Millis limit);
 
@@ -135,6 +143,14 @@ class Cluster {
   uint64_t master_epoch_ = 0;  // a restart resets the connections: what was in flight is lost
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   MasterCore master_;
+  MasterGate gate_;  // the serving master's term (0 until a failover)
+  struct Paused {
+    MasterCore core;
+    MasterGate gate;
+    uint64_t epoch = 0;
+    std::vector<std::function<void(MasterCore&, MasterGate&, bool)>> queue;  // requests waiting for it
+  };
+  std::optional<Paused> paused_;
   std::pair<double, double> tiers_{0, 0};
   std::vector<OwnerNode> owners_;
   std::map<uint64_t, Envelope> replies_;   // client token -> reply
