@@ -32,6 +32,37 @@ struct ReplyHeader {
 };
 static_assert(sizeof(RequestHeader) == 24 && sizeof(ReplyHeader) == 16 && sizeof(RangeWire) == 16);
 
+}  // namespace
+
+bool data_header_ok(const uint8_t* header, uint32_t* count) {
+  RequestHeader h;
+  std::memcpy(&h, header, sizeof(h));
+  *count = h.count;
+  return h.magic == kDataMagic && h.version == kDataVersion && h.count != 0 && h.count <= kDataMaxRanges;
+}
+
+DataStatus data_ranges_status(const uint8_t* ranges, uint32_t count, bool generation_ok, uint64_t segment_len,
+                              uint64_t* total) {
+  *total = 0;
+  if (!generation_ok) return DataStatus::kGenerationMismatch;
+  for (uint32_t i = 0; i < count; ++i) {
+    RangeWire r;
+    std::memcpy(&r, ranges + size_t(i) * sizeof(RangeWire), sizeof(r));
+    if (r.offset > segment_len || r.len > segment_len - r.offset) {
+      *total = 0;
+      return DataStatus::kOutOfRange;
+    }
+    if (r.len > UINT64_MAX - *total) {  // the reply's total would wrap (found by fuzz_data_request)
+      *total = 0;
+      return DataStatus::kBadRequest;
+    }
+    *total += r.len;
+  }
+  return DataStatus::kOk;
+}
+
+namespace {
+
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // Whole buffer or an error. EINTR retried; timeouts come from SO_RCVTIMEO / SO_SNDTIMEO.
@@ -180,20 +211,17 @@ void DataServer::serve(int fd) {
     RequestHeader h;
     if (!recv_all(fd, &h, sizeof(h))) break;
     ReplyHeader rep{kDataMagic, uint32_t(DataStatus::kOk), 0};
-    if (h.magic != kDataMagic || h.version != kDataVersion || h.count == 0 || h.count > kDataMaxRanges) {
+    uint32_t count = 0;
+    if (!data_header_ok(reinterpret_cast<const uint8_t*>(&h), &count)) {
       rep.status = uint32_t(DataStatus::kBadRequest);
       requests_refused_++;
       send_all(fd, &rep, sizeof(rep));
       break;  // a peer that does not speak the protocol loses its connection
     }
-    ranges.resize(h.count);
+    ranges.resize(count);
     if (!recv_all(fd, ranges.data(), ranges.size() * sizeof(RangeWire))) break;
-    if (h.generation != generation_) rep.status = uint32_t(DataStatus::kGenerationMismatch);
-    for (const auto& r : ranges) {
-      if (rep.status != uint32_t(DataStatus::kOk)) break;
-      if (r.offset > len_ || r.len > len_ - r.offset) rep.status = uint32_t(DataStatus::kOutOfRange);
-      rep.total += r.len;
-    }
+    rep.status = uint32_t(data_ranges_status(reinterpret_cast<const uint8_t*>(ranges.data()), count,
+                                             h.generation == generation_, len_, &rep.total));
     if (rep.status != uint32_t(DataStatus::kOk)) {
       rep.total = 0;
       requests_refused_++;

@@ -134,3 +134,41 @@ TEST_CASE("rdma_probe says what this machine has") {
   CHECK_FALSE(p.detail.empty());
   if (!p.available) MESSAGE("RDMA: " << p.detail);
 }
+
+TEST_CASE("data plane request checks: the header's magic, version and range count; ranges inside the segment; a total that cannot wrap (fuzz_data_request's finding)") {
+  using namespace fluxon;
+  auto header = [](uint32_t magic, uint32_t version, uint32_t count) {
+    std::vector<uint8_t> h(24);
+    const uint64_t gen = 9;
+    std::memcpy(h.data(), &magic, 4);
+    std::memcpy(h.data() + 4, &version, 4);
+    std::memcpy(h.data() + 8, &gen, 8);
+    std::memcpy(h.data() + 16, &count, 4);
+    return h;
+  };
+  uint32_t count = 0;
+  CHECK(data_header_ok(header(kDataMagic, kDataVersion, 2).data(), &count));
+  CHECK(count == 2);
+  CHECK_FALSE(data_header_ok(header(kDataMagic + 1, kDataVersion, 2).data(), &count));
+  CHECK_FALSE(data_header_ok(header(kDataMagic, kDataVersion + 1, 2).data(), &count));
+  CHECK_FALSE(data_header_ok(header(kDataMagic, kDataVersion, 0).data(), &count));
+  CHECK_FALSE(data_header_ok(header(kDataMagic, kDataVersion, kDataMaxRanges + 1).data(), &count));
+  auto ranges = [](std::vector<std::pair<uint64_t, uint64_t>> rs) {
+    std::vector<uint8_t> b(rs.size() * 16);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      std::memcpy(b.data() + i * 16, &rs[i].first, 8);
+      std::memcpy(b.data() + i * 16 + 8, &rs[i].second, 8);
+    }
+    return b;
+  };
+  uint64_t total = 0;
+  auto ok = ranges({{0, 4096}, {8192, 100}});
+  CHECK(data_ranges_status(ok.data(), 2, true, 1 << 20, &total) == DataStatus::kOk);
+  CHECK(total == 4196);
+  CHECK(data_ranges_status(ok.data(), 2, false, 1 << 20, &total) == DataStatus::kGenerationMismatch);
+  auto past = ranges({{(1 << 20) - 10, 11}});
+  CHECK(data_ranges_status(past.data(), 1, true, 1 << 20, &total) == DataStatus::kOutOfRange);
+  auto wrap = ranges({{0, uint64_t(1) << 63}, {0, uint64_t(1) << 63}});
+  CHECK(data_ranges_status(wrap.data(), 2, true, UINT64_MAX, &total) == DataStatus::kBadRequest);
+  CHECK(total == 0);
+}

@@ -2,6 +2,9 @@
 // route changes as events (stored on publication, removed with its cause).
 #include <doctest/doctest.h>
 
+#include <map>
+#include <random>
+
 #include "fluxon/master/kv_events.hpp"
 #include "fluxon/master/master_core.hpp"
 
@@ -139,6 +142,42 @@ TEST_CASE("kv events: the master's route changes - stored on publication, remove
   CHECK(m.handle(make_envelope(req)).body.AsKvEventsReply()->events.empty());
   CHECK(m.counters().kv_event_reads_total == 2);
   CHECK(m.counters().kv_event_reads_lost_total == 0);
+}
+
+}  // namespace fluxon
+
+namespace fluxon {
+
+TEST_CASE("kv events: random appends of random key lengths and random cursors - every event read is the one appended at its seq") {
+  std::mt19937_64 rng(20261207);
+  for (size_t cap : {1u, 2u, 3u, 5u, 16u}) {
+    KvEventLog log(cap);
+    log.set_epoch(5);
+    std::map<uint64_t, std::string> appended;
+    for (int step = 0; step < 4000; ++step) {
+      if (rng() % 3) {
+        std::string key(rng() % (cap * KvEventLog::kKeyBytesPerEvent + 40), 'a');
+        for (auto& ch : key) ch = char('a' + rng() % 26);
+        log.stored(key, 1, Version{1, 1, uint64_t(step)});
+        appended[log.next_seq() - 1] = key.substr(0, cap * KvEventLog::kKeyBytesPerEvent);
+      } else {
+        const uint64_t epoch = rng() % 4 == 0 ? rng() % 7 : 5;
+        const uint64_t after = rng() % (log.next_seq() + 3);
+        const bool all = rng() % 2;
+        auto r = log.read(epoch, after, all ? "" : "a", uint32_t(rng() % 8));
+        REQUIRE(r.first_seq <= log.next_seq());
+        REQUIRE(log.size() <= cap);
+        // Unfiltered, the events are the consecutive seqs from where the cursor continues.
+        uint64_t want = epoch == 0 || r.lost ? r.first_seq : after + 1;
+        for (const KvEvent& e : r.events) {
+          if (all) REQUIRE(e.seq == want++);
+          REQUIRE(e.seq >= r.first_seq);
+          REQUIRE(e.seq < log.next_seq());
+          REQUIRE(e.key == appended.at(e.seq));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace fluxon

@@ -26,8 +26,10 @@ void KvEventLog::append(KvEvent::Kind kind, std::string_view key, uint32_t node,
   }
   if (!key.empty()) std::memcpy(keys_.get() + at % ring, key.data(), key.size());
   key_end_ = end;
-  recs_[size_t((next_seq_ - 1) % capacity_)] = Rec{next_seq_++, at, uint32_t(key.size()), node, ver.origin_node,
-                                                    ver.origin_generation, ver.put_id, cause, kind};
+  // (The slot first, then the record: in `a[i(n)] = f(n++)` C++17 evaluates the right side first.)
+  Rec& slot = recs_[size_t((next_seq_ - 1) % capacity_)];
+  slot = Rec{next_seq_, at, uint32_t(key.size()), node, ver.origin_node, ver.origin_generation, ver.put_id, cause, kind};
+  next_seq_++;
 }
 
 KvEvent KvEventLog::view(const Rec& r) const {

@@ -31,6 +31,13 @@ constexpr uint32_t kDataFlagRead = 1;
 
 enum class DataStatus : uint32_t { kOk = 0, kGenerationMismatch = 1, kOutOfRange = 2, kBadRequest = 3 };
 
+// The server's checks of a request, as it applies them (the fuzzer calls them too): the 24-byte
+// header (magic, version, 1..kDataMaxRanges ranges; *count set), then its `count` ranges of 16 bytes
+// against the generation and the segment's length (*total: the bytes a kOk request reads).
+bool data_header_ok(const uint8_t* header, uint32_t* count);
+DataStatus data_ranges_status(const uint8_t* ranges, uint32_t count, bool generation_ok, uint64_t segment_len,
+                              uint64_t* total);
+
 struct ReadRange {
   uint64_t src_offset = 0;
   uint64_t len = 0;

@@ -78,6 +78,7 @@ class Cluster {
   // MasterGate as the daemon (not the leader, term 0), then is gone.
   void resume_old_master();
   uint64_t master_term() const { return gate_.term; }
+  void drop_replies() { replies_.clear(); }  // replies nobody will collect (the fuzzer's)
   bool master_paused() const { return paused_.has_value(); }
   void run_for(Millis ms);
   bool run_until(const std::function<bool()>& pred, Millis limit);
