@@ -275,6 +275,7 @@ void OwnerCore::on_master_failure(uint64_t token) {
   s_.counters.master_failures_total++;
   if (OwnerShared::kind_of(token) == JobKind::kExists) exists_.master_failed(token);
   if (OwnerShared::kind_of(token) == JobKind::kPublish) put_.master_failed(token);
+  if (OwnerShared::kind_of(token) == JobKind::kProxy) proxied_.erase(token);  // its client times out: no entry left
 }
 
 // ---- the data plane and the clock --------------------------------------------------------------

@@ -166,7 +166,9 @@ class OwnerCore {
   ReplicaPuller replicas_;
   WriteBack writeback_;
   Exists exists_;
-  // Client requests forwarded to the master (MasterStatsReq): master token -> (session, client token).
+  // Client requests forwarded to the master (MasterStatsReq, KvEventsReq): master token -> (session,
+  // client token). Bound: derived - an entry leaves with the master's answer or its failure (the
+  // master link's request timeout), so at most what the clients asked within that timeout.
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   uint64_t register_token_ = 0;  // registration not answered yet: re-sent from tick()
   Millis register_sent_ = 0;
