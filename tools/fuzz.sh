@@ -5,7 +5,7 @@
 # Builds tests/fuzz into build-fuzz/ (Debian's clang-16 and libfuzzer-16-dev; tools/install-deps.sh
 # installs them), seeds each corpus with real messages (fuzz_seeds) and the repo's configs, and
 # runs in a temporary corpus directory it removes afterwards. A crash leaves its input in
-# build-fuzz/crashes/ and fails; make it a regression test (tests/runtime/codec_test.cpp).
+# build-fuzz/crashes/ and fails; fix it and keep the input in tests/fuzz/regressions/TARGET/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${1:?usage: tools/fuzz.sh TARGET SECONDS}
@@ -31,9 +31,13 @@ mkdir -p "$WORK/seeds/config"
 cp configs/*.yaml "$WORK/seeds/config/"
 for t in "${TARGETS[@]}"; do
   mkdir -p "$WORK/corpus-$t"
+  # Inputs that once failed (tests/fuzz/regressions/TARGET) run first in every run.
+  REGRESSIONS=()
+  [ -d "tests/fuzz/regressions/$t" ] && REGRESSIONS=("$PWD/tests/fuzz/regressions/$t")
   # -rss_limit_mb: the owner target keeps one cluster for the whole run; UBSan and ASan abort on
   # the first report; -timeout: an input that takes seconds is a finding too.
-  if ! (cd "$WORK" && ASAN_OPTIONS=detect_leaks=0 ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-16/bin/llvm-symbolizer "$OLDPWD/$B/fuzz_$t" "corpus-$t" "seeds/$t" \
+  if ! (cd "$WORK" && UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$OLDPWD/tests/fuzz/ubsan.supp" \
+        ASAN_OPTIONS=detect_leaks=0 ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-16/bin/llvm-symbolizer "$OLDPWD/$B/fuzz_$t" "corpus-$t" "seeds/$t" "${REGRESSIONS[@]}" \
         -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$OLDPWD/$B/crashes/$t-" > "$WORK/$t.log" 2>&1); then
     tail -40 "$WORK/$t.log" >&2
