@@ -135,7 +135,7 @@ TEST_CASE("rdma_probe says what this machine has") {
   if (!p.available) MESSAGE("RDMA: " << p.detail);
 }
 
-TEST_CASE("data plane request checks: the header's magic, version and range count; ranges inside the segment; a total that cannot wrap (fuzz_data_request's finding)") {
+TEST_CASE("data plane request checks: the header's magic, version and range count, ranges inside the segment, a total that cannot wrap (fuzz_data_request's finding)") {
   using namespace fluxon;
   auto header = [](uint32_t magic, uint32_t version, uint32_t count) {
     std::vector<uint8_t> h(24);
