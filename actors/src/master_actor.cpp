@@ -21,8 +21,9 @@ struct MasterState {
   MasterCore core;
   MasterConfig cfg;
   std::shared_ptr<Campaign> campaign;  // the HA mode; null: the single master, term 0, always serving
-  uint64_t term = 0;                   // the term the core serves (HA: since its last reset)
-  MasterGate gate;  // leadership and terms around the core (its counters: not_leader, newer_term)
+  // Leadership and terms around the core: gate.term is the term the core serves (HA: since its last
+  // reset); its counters not_leader, newer_term.
+  MasterGate gate;
   uint64_t core_resets_total = 0;
   std::unique_ptr<Metrics> metrics;
   uint64_t metrics_refreshes = 0;
@@ -79,9 +80,9 @@ void fresh_core(MasterState& st, uint64_t epoch) {
 bool leads(MasterState& st) {
   if (!st.campaign) return true;
   if (!st.campaign->serving()) return false;
-  if (const uint64_t t = st.campaign->term(); t != st.term) {
+  if (const uint64_t t = st.campaign->term(); t != st.gate.term) {
     fresh_core(st, t);
-    st.term = t;
+    st.gate.term = t;
     st.core_resets_total++;
   }
   return true;
@@ -90,7 +91,6 @@ bool leads(MasterState& st) {
 Envelope serve(MasterState& st, Envelope& req) {
   const bool leading = leads(st);
   const std::string hint = leading || !st.campaign ? std::string() : st.campaign->leader_address();
-  st.gate.term = st.term;
   bool deposed = false;
   Envelope rep = st.gate.serve(st.core, req, now_ms(), leading, hint, &deposed);
   if (deposed && st.campaign) st.campaign->poke();  // an owner saw a newer leader: this one is deposed, whatever it believes
