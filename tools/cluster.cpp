@@ -1,4 +1,5 @@
 #include "cluster.hpp"
+#include "fluxon/runtime/segment.hpp"
 
 #include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/etcd.hpp"
@@ -200,6 +201,23 @@ int cluster_down(const ClusterConfig& cfg) {
     unlink(pidf.c_str());
     if (it->name == "etcd") std::filesystem::remove_all(dir + "/etcd-data");  // only election state: gone with it
   }
+  // An owner killed earlier (and its guardian with it) left its segment: gone with the cluster.
+  cluster_cleanup(cfg, true);
+  return 0;
+}
+
+int cluster_cleanup(const ClusterConfig& cfg, bool quiet) {
+  const SegmentSweep s = sweep_dead_segments(cfg.cluster_name, true);
+  uint64_t freed = 0;
+  for (const SegmentFile& f : s.dead) {
+    std::printf("removed    /dev/shm%s (%.1f MiB; its owner is gone)\n", f.name.c_str(), double(f.bytes) / (1 << 20));
+    freed += f.bytes;
+  }
+  for (const SegmentFile& f : s.live)
+    std::printf("kept       /dev/shm%s (%.1f MiB; its owner is alive)\n", f.name.c_str(), double(f.bytes) / (1 << 20));
+  if (!quiet || !s.dead.empty())
+    std::printf("cleanup    cluster '%s': %zu dead segment(s) removed (%.1f MiB), %zu live kept\n", cfg.cluster_name.c_str(),
+                s.dead.size(), double(freed) / (1 << 20), s.live.size());
   return 0;
 }
 

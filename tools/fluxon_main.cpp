@@ -17,7 +17,8 @@ static int usage() {
                "usage:\n"
                "  fluxon master --config FILE [--index N]  (N: its entry in masters:, the HA mode)\n"
                "  fluxon owner  --config FILE [--node-id N]\n"
-               "  fluxon cluster up|down|status FILE\n"
+               "  fluxon cluster up|down|status|cleanup FILE\n"
+               "                                         (cleanup: removes the segments of the cluster's dead owners)\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
                "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf] [--batch B]... [--get-rounds R]\n"
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
     if (sub == "up") return tools::cluster_up(argv[3], *c, self_exe());
     if (sub == "down") return tools::cluster_down(*c);
     if (sub == "status") return tools::cluster_status(*c);
+    if (sub == "cleanup") return tools::cluster_cleanup(*c);
     return usage();
   }
   if (cmd == "config") {

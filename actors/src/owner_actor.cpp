@@ -597,6 +597,10 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
 caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const OwnerConfig& ocfg, caf::actor master,
                        const std::string& master_host, uint16_t master_port, bool metrics, std::string* error) {
   const uint64_t generation = new_generation();
+  // Segments of this cluster's dead owners (killed with their guardians) go before this one is made.
+  for (const SegmentFile& f : sweep_dead_segments(cfg.cluster_name, true).dead)
+    std::fprintf(stderr, "fluxon owner: removed the segment of a dead owner: /dev/shm%s (%llu bytes)\n",
+                 f.name.c_str(), (unsigned long long)f.bytes);
   auto seg = Segment::create(cfg.cluster_name, ocfg.node_id, generation, ocfg.dram_bytes);
   if (!seg.ok()) {
     if (error) *error = seg.status().to_string();

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace fluxon {
 
@@ -22,22 +23,58 @@ std::string segment_name(const std::string& cluster, uint32_t node_id, uint64_t 
   return "/fluxon." + cluster + "." + std::to_string(node_id) + "." + std::to_string(generation);
 }
 
-static void remove_stale(const std::string& cluster, uint32_t node_id) {
-  const std::string prefix = "fluxon." + cluster + "." + std::to_string(node_id) + ".";
+// The liveness lock: an open-file-description lock (F_OFD_SETLK), so it conflicts even with a
+// check made from the owner's own process (a POSIX record lock would not), and it goes with the
+// owner's last descriptor however the owner ends.
+static bool try_lock(int fd, bool wait) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  for (;;) {
+    if (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0) return true;
+    if (errno != EINTR) return false;
+  }
+}
+
+// "fluxon.<cluster>.<node>.<generation>" of exactly this cluster: the rest after the prefix is two
+// decimal numbers (cluster "a" never matches a segment of cluster "a.b").
+static bool of_cluster(const std::string& file, const std::string& cluster) {
+  const std::string prefix = "fluxon." + cluster + ".";
+  if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string rest = file.substr(prefix.size());
+  const size_t dot = rest.find('.');
+  auto digits = [](const std::string& d) {
+    return !d.empty() && d.size() <= 20 && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return dot != std::string::npos && digits(rest.substr(0, dot)) && digits(rest.substr(dot + 1));
+}
+
+SegmentSweep sweep_dead_segments(const std::string& cluster, bool remove) {
+  SegmentSweep out;
   DIR* d = opendir("/dev/shm");
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n.rfind(prefix, 0) != 0) continue;
-    // A live owner holds an advisory lock on its segment for its whole life; a free lock means
-    // the creator is gone (killed) and the segment is stale.
-    std::string path = "/" + n;
+  if (!d) return out;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (of_cluster(e->d_name, cluster)) names.push_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    const std::string path = "/" + n;
     int fd = shm_open(path.c_str(), O_RDWR, 0600);
-    if (fd < 0) continue;
-    if (lockf(fd, F_TLOCK, 0) == 0) shm_unlink(path.c_str());
+    if (fd < 0) continue;  // gone meanwhile, or not ours to open
+    struct stat st {};
+    const uint64_t bytes = fstat(fd, &st) == 0 ? uint64_t(st.st_size) : 0;
+    // A live owner holds the lock for its whole life; a free lock means its creator is gone. The
+    // name is unlinked while the lock is held: an owner that has just created it (and waits for
+    // the lock) finds its name gone and creates it again.
+    if (try_lock(fd, false)) {
+      if (!remove || shm_unlink(path.c_str()) == 0) out.dead.push_back({path, bytes});
+    } else {
+      out.live.push_back({path, bytes});
+    }
     close(fd);
   }
-  closedir(d);
+  return out;
 }
 
 // An owner killed by SIGKILL cannot unlink its segment, and nobody else would until that node's
@@ -81,14 +118,29 @@ static int start_guardian(const std::string& name) {
 
 Result<std::unique_ptr<Segment>> Segment::create(const std::string& cluster, uint32_t node_id,
                                                  uint64_t generation, uint64_t bytes) {
-  remove_stale(cluster, node_id);
   std::string name = segment_name(cluster, node_id, generation);
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return Status(Code::kInternal, "shm_open(" + name + "): " + strerror(errno));
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return Status(Code::kInternal, "shm_open(" + name + "): " + strerror(errno));
+    // The owner holds the liveness lock for its whole life: a sweep tells a dead owner's segment
+    // (lock free) from a live one. A sweep may lock and unlink the name in the instant between the
+    // creation and this lock: then the name is gone (no links) and it is created again.
+    struct stat st {};
+    if (!try_lock(fd, true) || fstat(fd, &st) != 0) {
+      const int e = errno;
+      close(fd);
+      shm_unlink(name.c_str());
+      return Status(Code::kInternal, "segment " + name + ": " + strerror(e));
+    }
+    if (st.st_nlink == 0) {
+      close(fd);
+      fd = -1;
+      if (attempt >= 8) return Status(Code::kInternal, "segment " + name + ": removed by a sweep 8 times in a row");
+    }
+  }
   fchmod(fd, 0600);  // umask must not widen or narrow it
-  // The owner holds an advisory lock for its whole life: a later owner of the same node can
-  // tell a stale segment (lock free) from a live one.
-  if (lockf(fd, F_TLOCK, 0) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int e = errno;
     close(fd);
     shm_unlink(name.c_str());

@@ -21,6 +21,24 @@ CHANNEL = os.environ.get("FLUXON_TEST_CHANNEL", "auto")
 import fluxon  # noqa: E402
 
 
+def _segments() -> set:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("fluxon.")}
+
+
+_SEGMENTS_BEFORE = _segments()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The tests leave no shared-memory segment behind, even those that kill owners on purpose
+    (guardians unlink a killed owner's segment within moments: they get 10 s)."""
+    end = time.time() + 10
+    while (left := _segments() - _SEGMENTS_BEFORE) and time.time() < end:
+        time.sleep(0.1)
+    if left:
+        print(f"\nFAILED: the tests left segments in /dev/shm: {sorted(left)}", file=sys.stderr)
+        session.exitstatus = 1
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

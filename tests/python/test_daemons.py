@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import stat
@@ -90,6 +91,77 @@ def test_stale_segment_of_a_killed_owner_is_removed_on_restart(cluster):
     finally:
         if os.path.exists(stale):
             os.unlink(stale)
+
+
+def _guardian_of(owner_pid: int) -> int:
+    """The guardian an owner left: a process of the same command line in a session of its own."""
+    with open(f"/proc/{owner_pid}/cmdline", "rb") as f:
+        cmd = f.read()
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != owner_pid:
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if f.read() == cmd:
+                        return int(d)
+            except OSError:
+                pass
+    raise AssertionError("no guardian found")
+
+
+def _plant_segment(name: str) -> str:
+    path = f"/dev/shm/{name}"
+    with open(path, "wb") as f:
+        f.truncate(1 << 20)
+    return path
+
+
+def test_cleanup_removes_dead_owners_segments_only_of_its_cluster(cluster):
+    """An owner killed together with its guardian leaves its segment: `fluxon cluster cleanup` removes
+    it, keeps the live owner's, and never touches another cluster's, even one whose name starts with
+    this one's; `fluxon cluster down` sweeps too."""
+    other = [_plant_segment(f"fluxon.{cluster.name}.b.1.5"),  # cluster "<name>.b"
+             _plant_segment(f"fluxon.{cluster.name}x.1.5"),  # cluster "<name>x"
+             _plant_segment(f"fluxon.{cluster.name}.1.5.tmp")]  # not a segment name
+    try:
+        run = lambda *a: subprocess.run([FLUXON_BIN, *a], capture_output=True, text=True, timeout=60)
+        segs = lambda: [f for f in os.listdir("/dev/shm") if re.fullmatch(rf"fluxon\.{cluster.name}\.1\.\d+", f)]
+        owner = cluster.owners[0]
+        (live,) = segs()
+        guardian = _guardian_of(owner.pid)
+        os.kill(guardian, signal.SIGKILL)
+        cluster.stop_owner(0, signal.SIGKILL)
+        time.sleep(0.2)
+        assert os.path.exists(f"/dev/shm/{live}")  # nobody left to remove it
+        cluster.start_owner(0)  # a new owner of the cluster: its start sweeps the dead one
+        assert not os.path.exists(f"/dev/shm/{live}")
+        assert "removed the segment of a dead owner" in (cluster.logs / "owner-1.log").read_text()
+        (live,) = segs()
+        dead = _plant_segment(f"fluxon.{cluster.name}.7.123")  # a dead owner of another node
+        out = run("cluster", "cleanup", str(cluster.config))
+        assert out.returncode == 0, out.stderr
+        assert f"removed    /dev/shm/fluxon.{cluster.name}.7.123" in out.stdout, out.stdout
+        assert f"kept       /dev/shm/{live}" in out.stdout, out.stdout
+        assert "1 dead segment(s) removed" in out.stdout and "1 live kept" in out.stdout, out.stdout
+        assert not os.path.exists(dead) and os.path.exists(f"/dev/shm/{live}")
+        assert all(os.path.exists(p) for p in other)
+        c = fluxon.KvClient(cluster.client_config())  # the live owner is unharmed
+        p = c.local_fast_put_start(["after-cleanup"], 4096)
+        ctypes.memset(fluxon.plan_pointers(p)[0], 5, 4096)
+        c.local_fast_put_commit(p).result(10)
+        h, r = c.get_start(["after-cleanup"])
+        rp = c.get_transfer(h)
+        assert r.all_hit and ctypes.string_at(fluxon.plan_pointers(rp)[0], 4096) == b"\x05" * 4096
+        c.release_views(rp)
+        c.close()
+        dead = _plant_segment(f"fluxon.{cluster.name}.8.9")
+        down = run("cluster", "down", str(cluster.config))  # the pytest cluster has no pid files
+        assert down.returncode == 0 and f"removed    /dev/shm/fluxon.{cluster.name}.8.9" in down.stdout, down.stdout
+        assert not os.path.exists(dead) and os.path.exists(f"/dev/shm/{live}")
+        assert all(os.path.exists(p) for p in other)
+    finally:
+        for p in other:
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def test_owner_restart_gives_generation_mismatch_never_stale_memory(cluster):

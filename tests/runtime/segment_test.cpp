@@ -74,3 +74,46 @@ TEST_CASE("segment: a killed owner's segment is unlinked by its guardian, and th
   }
   CHECK(gone);
 }
+
+TEST_CASE("segment sweep: a dead owner's segment is removed, a live one (even of this process) and other clusters' are kept") {
+  const std::string cluster = "seg-sweep-" + std::to_string(getpid());
+  auto plant = [](const std::string& n) {
+    const std::string path = "/dev/shm/" + n;
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f);
+    std::fclose(f);
+    return path;
+  };
+  auto exists = [](const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0;
+  };
+  auto live = Segment::create(cluster, 1, 77, 1 << 20);  // held by this very process
+  REQUIRE(live.ok());
+  const std::string dead = plant("fluxon." + cluster + ".2.5");  // no lock: its owner is gone
+  const std::string other = plant("fluxon." + cluster + ".b.2.5");  // cluster "<cluster>.b"
+  const std::string prefixed = plant("fluxon." + cluster + "x.2.5");  // cluster "<cluster>x"
+  const std::string odd = plant("fluxon." + cluster + ".2.5.tmp");  // not a segment's name
+
+  const SegmentSweep look = sweep_dead_segments(cluster, false);  // only looks
+  REQUIRE(look.dead.size() == 1);
+  CHECK(look.dead[0].name == "/fluxon." + cluster + ".2.5");
+  REQUIRE(look.live.size() == 1);
+  CHECK(look.live[0].name == (*live)->name());
+  CHECK(look.live[0].bytes == 1 << 20);
+  CHECK(exists(dead));
+
+  const SegmentSweep s = sweep_dead_segments(cluster, true);
+  CHECK(s.dead.size() == 1);
+  CHECK(s.live.size() == 1);
+  CHECK(!exists(dead));
+  CHECK(exists("/dev/shm" + (*live)->name()));
+  CHECK(exists(other));
+  CHECK(exists(prefixed));
+  CHECK(exists(odd));
+  std::memcpy((*live)->base(), "still", 5);  // the live mapping is untouched
+  auto again = Segment::open((*live)->name(), 1 << 20);
+  REQUIRE(again.ok());
+  CHECK(std::memcmp((*again)->base(), "still", 5) == 0);
+  for (const auto& p : {other, prefixed, odd}) unlink(p.c_str());
+}

@@ -1,5 +1,6 @@
 #include "fluxon/sim/sim.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace fluxon::sim {
@@ -92,7 +93,10 @@ void Cluster::Ports::fetch(TransferBatch transfer, bool fail, Millis delay) {
     if (life != c.owners_[owner].incarnation) return;  // the requester died: nobody waits for it
     Status st = Status::ok();
     const int src = int(batch->source_node) - 1;
-    if (fail) st = Status(Code::kTimeout, "sim: data link failed");
+    if (c.partitions_.count({std::min(owner, src), std::max(owner, src)})) {
+      c.fetches_partitioned_++;
+      st = Status(Code::kTimeout, "sim: no route between the two owners' data planes");
+    } else if (fail) st = Status(Code::kTimeout, "sim: data link failed");
     else if (src < 0 || src >= int(c.owners_.size()) || c.owners_[src].core->generation() != batch->source_generation)
       st = Status(Code::kGenerationMismatch, "sim: no such owner generation");
     if (st.is_ok()) {
@@ -162,10 +166,23 @@ void Cluster::step_to(Millis t) {
   while (!events_.empty() && events_.top().at <= t) {
     Event e = events_.top();
     events_.pop();
-    now_ = e.at;
+    now_ = std::max(now_, e.at);  // after a clock jump, overdue events run at the new time
     e.fn();
   }
-  now_ = t;
+  now_ = std::max(now_, t);
+}
+
+void Cluster::partition_owners(int a, int b, bool cut) {
+  const std::pair<int, int> k{std::min(a, b), std::max(a, b)};
+  if (cut) partitions_.insert(k);
+  else partitions_.erase(k);
+}
+
+void Cluster::jump_clock(Millis ms) {
+  now_ += ms;
+  step_to(now_);
+  master_.tick(now_);
+  for (auto& o : owners_) o.driver->tick(now_);
 }
 
 void Cluster::run_for(Millis ms) {

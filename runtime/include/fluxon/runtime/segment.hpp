@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fluxon/runtime/status.hpp"
 
@@ -13,8 +14,8 @@ std::string segment_name(const std::string& cluster, uint32_t node_id, uint64_t 
 
 class Segment {
  public:
-  // Owner side: create (O_EXCL, 0600), size, map. Stale segments of the same cluster/node left by a
-  // killed owner are removed first; a guardian process removes this one if the owner is killed.
+  // Owner side: create (O_EXCL, 0600), size, map, and hold the liveness lock (an OFD lock) for the
+  // owner's life; a guardian process removes the name if the owner is killed.
   static Result<std::unique_ptr<Segment>> create(const std::string& cluster, uint32_t node_id,
                                                  uint64_t generation, uint64_t bytes);
   // Client side: map an existing segment read/write.
@@ -42,6 +43,20 @@ class Segment {
   int owner_fd_;  // owner: holds the liveness lock; client: -1
   int guardian_fd_ = -1;  // owner: the pipe its guardian waits on (unlinks the name if the owner is killed)
 };
+
+// The segments of one cluster in /dev/shm, by whether their owner lives: a segment whose liveness
+// lock is free has lost its owner (killed together with its guardian, or a host that never ran the
+// guardian). `remove`: unlink the dead ones (the sweep of an owner's start, `fluxon cluster down`
+// and `fluxon cluster cleanup`). Never touches a live owner's segment or another cluster's.
+struct SegmentFile {
+  std::string name;  // "/fluxon.<cluster>.<node>.<generation>"
+  uint64_t bytes = 0;
+};
+struct SegmentSweep {
+  std::vector<SegmentFile> dead;  // removed when `remove`
+  std::vector<SegmentFile> live;
+};
+SegmentSweep sweep_dead_segments(const std::string& cluster, bool remove);
 
 // A fresh owner generation: grows across restarts of the same node (and within one process).
 uint64_t new_generation();

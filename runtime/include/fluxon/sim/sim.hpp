@@ -9,6 +9,7 @@
 #include <optional>
 #include <queue>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "fluxon/master/master_gate.hpp"
@@ -77,6 +78,13 @@ class Cluster {
   // The paused old leader runs again, its lease gone: it answers what waited through the same
   // MasterGate as the daemon (not the leader, term 0), then is gone.
   void resume_old_master();
+  // Owners a and b cannot reach each other's data planes (a switch port down between two hosts):
+  // fetches between them fail as timeouts until healed; their control links to the master stay.
+  void partition_owners(int a, int b, bool cut);
+  uint64_t fetches_partitioned() const { return fetches_partitioned_; }
+  // Every process's clock leaps `ms` ahead at once (a host stalled, a VM paused and resumed): what
+  // was due meanwhile is delivered together at the new time, and every timer sees the leap.
+  void jump_clock(Millis ms);
   uint64_t master_term() const { return gate_.term; }
   void drop_replies() { replies_.clear(); }  // replies nobody will collect (the fuzzer's)
   bool master_paused() const { return paused_.has_value(); }
@@ -140,7 +148,8 @@ class Cluster {
   std::mt19937_64 rng_;
   Millis now_ = 0;
   uint64_t seq_ = 0;
-  uint64_t transfers_failed_ = 0, transfers_done_ = 0;
+  uint64_t transfers_failed_ = 0, transfers_done_ = 0, fetches_partitioned_ = 0;
+  std::set<std::pair<int, int>> partitions_;  // (lower, higher) owner index
   uint64_t master_epoch_ = 0;  // a restart resets the connections: what was in flight is lost
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   MasterCore master_;
