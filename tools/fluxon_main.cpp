@@ -23,7 +23,8 @@ static int usage() {
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
                "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf] [--batch B]... [--get-rounds R]\n"
                "                                         (starts the cluster of FILE if needed)\n"
-               "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n");
+               "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n"
+               "  fluxon overload [ARGS]                 (python3 -m fluxon.overload: 10x the clients against one owner)\n");
   return 2;
 }
 
@@ -80,8 +81,9 @@ int main(int argc, char** argv) {
     if (!c.ok()) return 2;
     return tools::run_demo(*c);
   }
-  if (cmd == "workload") {
-    // The workload is Python (it drives the SGLang adapter): run it with this build's package.
+  if (cmd == "workload" || cmd == "overload") {
+    // The workload and the overload are Python (they drive the client API as SGLang does): run
+    // them with this build's package.
     const std::string exe = self_exe();
     const std::string build = exe.substr(0, exe.rfind('/')) + "/..";
     const char* old = std::getenv("PYTHONPATH");
@@ -89,11 +91,11 @@ int main(int argc, char** argv) {
     setenv("PYTHONPATH", pp.c_str(), 1);
     setenv("FLUXON_BIN", exe.c_str(), 0);
     std::vector<char*> args{const_cast<char*>("/usr/bin/python3"), const_cast<char*>("-m"),
-                            const_cast<char*>("fluxon.workload")};
+                            const_cast<char*>(cmd == "workload" ? "fluxon.workload" : "fluxon.overload")};
     for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     execv("/usr/bin/python3", args.data());
-    std::perror("fluxon workload: /usr/bin/python3");
+    std::perror(("fluxon " + cmd + ": /usr/bin/python3").c_str());
     return 127;
   }
   if (cmd == "bench") {

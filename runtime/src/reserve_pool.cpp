@@ -121,6 +121,22 @@ void ReservePool::drop_grant(uint32_t g) {
   grants_in_use_--;
 }
 
+std::optional<uint32_t> ReservePool::drain_for(uint64_t slot_size) {
+  std::optional<uint32_t> pick;
+  for (uint32_t g = 0; g < grants_.size(); ++g) {
+    const Grant& gr = grants_[g];
+    if (gr.drain_for == slot_size) return g;
+    if (gr.slot_size == 0 || gr.slot_size == slot_size || gr.drain_for != 0) continue;
+    if (!pick || gr.free_slots * gr.slot_size > grants_[*pick].free_slots * grants_[*pick].slot_size) pick = g;
+  }
+  if (!pick) return std::nullopt;
+  Grant& gr = grants_[*pick];
+  gr.drain_for = slot_size;
+  const uint32_t g = *pick;
+  std::erase_if(classes_[gr.slot_size].free, [g](SlotRef r) { return r.grant == g; });
+  return pick;
+}
+
 std::vector<uint32_t> ReservePool::idle_grants() const {
   std::vector<uint32_t> out;
   for (uint32_t g = 0; g < grants_.size(); ++g)
@@ -168,7 +184,7 @@ void ReservePool::make_free(SlotRef r) {
   Slot& s = g.slots[r.index];
   s = Slot{};
   g.free_slots++;
-  classes_[g.slot_size].free.push_back(r);
+  if (g.drain_for == 0) classes_[g.slot_size].free.push_back(r);  // a draining grant keeps its slots
   counts_.free++;
   freed_ = true;
 }

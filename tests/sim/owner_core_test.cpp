@@ -515,3 +515,37 @@ TEST_CASE("E2 fencing: an owner stamps its requests with the newest term and ref
   core.on_master_reply(again[0].token, fresh, 4, out);
   CHECK(core.counters().stale_term_replies_total == 1);
 }
+
+TEST_CASE("S1 S5: a value size new to a full owner gets a grant of another size drained for it, not LocalReserveTimeout") {
+  // Every grant serves 16 KiB slots and puts of that size keep evicting and reusing them: no grant
+  // ever empties by chance. A 4 KiB put then needs one grant emptied whole (found by `fluxon
+  // overload`: such a put waited the whole hard timeout).
+  OwnerConfig cfg = small_owner();  // 8 grants of 1 MiB: 64 slots of 16 KiB each
+  cfg.hard_timeout_ms = 20000;
+  sim::Cluster c(91, cfg);
+  c.run_for(10);
+  const uint64_t s = c.open_session(0);
+  auto put = [&](const std::vector<std::string>& ks, uint64_t len) {
+    auto r = put_start(c, 0, s, ks, len);
+    auto* ps = r.body.AsPutStartReply();
+    if (!ps) return envelope_status(r);
+    REQUIRE(c.call(0, s, make_envelope(wire::PutCommitReqT{{}, ps->put_id})).body.AsPutCommitReply());
+    return Status::ok();
+  };
+  for (int b = 0; b < 48; ++b) {  // 768 keys of 16 KiB through 512 slots
+    const auto ks = keys_of("big-" + std::to_string(b) + "-", 16);
+    REQUIRE(put(ks, 16384).is_ok());
+    REQUIRE(c.run_until([&] { return c.owner(0).local_state(ks.back()) == 2; }, 60000));
+  }
+  CHECK(c.owner(0).counters().evicted_keys_total > 0);
+  CHECK(c.owner(0).stats().grants == 8);
+  const Millis t0 = c.now();
+  const Status st = put(keys_of("small-", 4), 4096);
+  CHECK_MESSAGE(st.is_ok(), st.to_string());
+  MESSAGE("a 4 KiB put on an owner full of 16 KiB slots took " << c.now() - t0 << " simulated ms");
+  CHECK(c.now() - t0 < 2000);
+  // Capacity unchanged (S5): the grant changed class, the pool still has 8.
+  CHECK(c.owner(0).stats().grants == 8);
+  // And the 16 KiB size still has its other grants.
+  CHECK(put(keys_of("big-after-", 16), 16384).is_ok());
+}

@@ -6,7 +6,8 @@
 namespace fluxon {
 
 std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
-                                                   uint64_t bytes, uint64_t debt, const Marks& marks) {
+                                                   uint64_t bytes, uint64_t debt, const Marks& marks,
+                                                   std::optional<uint32_t> drain) {
   if (!cfg_.enabled || debt >= bytes) return {};  // S4: bytes in flight are a debt already
   const uint64_t want = std::min(bytes - debt, cfg_.max_bytes_per_round);
   std::vector<std::pair<std::string, LocalIndex::ResidentRef>> chosen;
@@ -90,6 +91,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     const auto it = find();
     if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
     if (size_class && pool.slot_size(it->second.slot) != size_class) return false;
+    if (!size_class && drain && pool.grant_of(it->second.slot) != *drain) return false;
     if (cohort_ok(id) && (!leaf || is_leaf(r))) return true;
     turned_down.insert(id);
     return false;
@@ -139,7 +141,8 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     for (size_t i = at; i < chosen.size(); ++i) index.left_resident(chosen[i].first);
     return g;
   };
-  // Slots of the claim's own class first: anything else helps only once a whole grant is empty.
+  // Slots of the claim's own class first: anything else helps only once a whole grant is empty
+  // (with `drain`, the other classes' entries come from the grant being drained only).
   uint64_t got = 0;
   for (const uint64_t size_class : {slot_size, uint64_t(0)})
     for (pass = 0; pass < 4 && got < want; ++pass) {

@@ -455,8 +455,13 @@ void OwnerCore::pressure(Millis now, Outbox& out) {
       s_.local.chained() || s_.local.depth_order() ? put_.continued() : std::unordered_set<std::string>{};
   const Eviction::Marks marks{[this](LocalIndex::CohortId c) { return reclaim_.owns_cohort(c); },
                               [this](LocalIndex::CohortId c) { return writeback_.writing_back(c); }, &continued};
-  for (const auto& [size, bytes] : wanted) {
-    const auto victims = eviction_.select(s_.local, s_.pool, size, bytes, reclaim_.debt_bytes(), marks);
+  for (auto [size, bytes] : wanted) {
+    // A class that cannot get its slots in its own grants (none free enough, none left to carve)
+    // has a grant of another class drained for it: all of that grant's entries are wanted.
+    std::optional<uint32_t> drain;
+    if (!s_.pool.can_carve() && s_.pool.available_slots(size) * size < bytes && (drain = s_.pool.drain_for(size)))
+      bytes = std::max(bytes, s_.pool.used_bytes(*drain));
+    const auto victims = eviction_.select(s_.local, s_.pool, size, bytes, reclaim_.debt_bytes(), marks, drain);
     for (const auto& cohort : victims) evict_cohort(cohort, now, out);
     selected = selected || !victims.empty();
   }

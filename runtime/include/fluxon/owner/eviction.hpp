@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -37,8 +38,11 @@ class Eviction {
   // selection order. Recoverable first: remote-complete cohorts (their copy on a target owner
   // serves the next hit); then, with prefix chains, leaves; then the tier's order; pinned last.
   // The selected entries leave the resident tier. Empty when nothing is needed or nothing can go.
+  // `drain`: a grant being drained for this class (ReservePool::drain_for): the other classes'
+  // entries come from that grant only, so it empties whole instead of slots freed here and there.
   std::vector<LocalIndex::CohortId> select(LocalIndex& index, const ReservePool& pool, uint64_t slot_size,
-                                           uint64_t bytes, uint64_t debt, const Marks& marks);
+                                           uint64_t bytes, uint64_t debt, const Marks& marks,
+                                           std::optional<uint32_t> drain = std::nullopt);
   // The free-slot watermark's deficits, (slot class, bytes) to evict ahead of claims: per class, the
   // watermark's share of its slots plus what claims took since the last call (the rate the next
   // round, an eviction interval away, must stay ahead of), less the free slots.

@@ -117,12 +117,27 @@ class ReservePool {
   // Gives idle grant `g` back to the segment, whole (no live compaction); false when it is not
   // idle. Capacity is unchanged (S5): a later claim carves it again.
   bool release_grant(uint32_t g);
+  // A class that cannot get a slot (none free, no grant left to carve) gets a grant of another
+  // class drained for it: the grant of another class with the fewest slots in use stops handing
+  // out its free slots (a slot freed there stays in it), eviction takes what it holds, and once
+  // every slot of it is Free the class's next claim carves it (refill's shrink). Without this a
+  // new value size waited for a whole grant to empty by chance: on a full owner under steady puts
+  // of one size, never (a put of another size met LocalReserveTimeout after 30 s). The grant being
+  // drained for `slot_size` (chosen on the first call); none when no other class has a grant.
+  std::optional<uint32_t> drain_for(uint64_t slot_size);
+  bool draining(uint32_t g) const { return g < grants_.size() && grants_[g].drain_for != 0; }
+  uint32_t grant_of(SlotRef r) const { return r.grant; }
+  // Bytes of grant g's slots that are not Free.
+  uint64_t used_bytes(uint32_t g) const {
+    return uint64_t(grants_[g].slots.size() - grants_[g].free_slots) * grants_[g].slot_size;
+  }
 
  private:
   struct Grant {
     uint64_t slot_size = 0;            // 0: not serving a class
     std::vector<Slot> slots;
     uint32_t free_slots = 0;
+    uint64_t drain_for = 0;            // being drained for this slot class (0: not)
   };
   struct SlotClass {
     std::deque<SlotRef> free;          // LIFO reuse keeps hot slots warm
