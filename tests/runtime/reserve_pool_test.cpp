@@ -132,3 +132,63 @@ TEST_CASE("value larger than a grant is rejected") {
   ReservePool pool(4 << 20, 1 << 20, std::nullopt);
   CHECK(pool.try_claim((1 << 20) + 1, 1).status().code() == Code::kInvalidArgument);
 }
+
+TEST_CASE("S1: a grant drained for another size keeps its freed slots out of its class, then serves the new size whole") {
+  const uint64_t grant = 64 << 10;  // 4 slots of 16 KiB, or 16 of 4 KiB
+  ReservePool pool(2 * grant, grant, std::nullopt);
+  auto all = pool.try_claim(16384, 8);  // both grants serve 16 KiB
+  REQUIRE(all.ok());
+  REQUIRE(all->has_value());
+  // One grant idle (every slot freed), the other full.
+  const uint32_t idle = (**all)[0].grant;
+  for (SlotRef r : **all)
+    if (r.grant == idle) pool.abort(r);
+  auto busy = pool.try_claim(16384, 4);  // its four slots in use again
+  REQUIRE(busy.ok());
+  REQUIRE(busy->has_value());
+  for (SlotRef r : **busy) CHECK(r.grant == idle);
+  pool.abort((**busy)[0]);  // grant `idle`: 3 in use, the other grant: 4 in use
+  CHECK_FALSE(pool.try_claim(4096, 1)->has_value());  // no 4 KiB slot, no grant to carve or shrink
+  const auto d = pool.drain_for(4096);
+  REQUIRE(d.has_value());
+  CHECK(*d == idle);  // the one with the fewest slots in use
+  CHECK(pool.drain_for(4096) == d);  // the same grant while it drains
+  CHECK(pool.draining(*d));
+  // Its slots are no longer handed to 16 KiB claims...
+  auto more16 = pool.try_claim(16384, 1);
+  REQUIRE(more16.ok());
+  CHECK_FALSE(more16->has_value());
+  // ...and the 4 KiB class carves it once it is idle, whole (S5: still 2 grants).
+  CHECK_FALSE(pool.try_claim(4096, 1)->has_value());
+  for (size_t i = 1; i < (**busy).size(); ++i) pool.abort((**busy)[i]);
+  auto small = pool.try_claim(4096, 16);
+  REQUIRE(small.ok());
+  REQUIRE(small->has_value());
+  for (SlotRef r : **small) CHECK(r.grant == *d);
+  CHECK(pool.counts().grants == 2);
+  CHECK_FALSE(pool.draining(*d));
+}
+
+TEST_CASE("S1: slots freed in a grant being drained stay with it until the grant is idle") {
+  const uint64_t grant = 64 << 10;
+  ReservePool pool(2 * grant, grant, std::nullopt);
+  auto all = pool.try_claim(16384, 8);
+  REQUIRE(all.ok());
+  REQUIRE(all->has_value());
+  const auto d = pool.drain_for(4096);
+  REQUIRE(d.has_value());
+  std::vector<SlotRef> in_d;
+  for (SlotRef r : **all)
+    if (r.grant == *d) in_d.push_back(r);
+  REQUIRE(in_d.size() == 4);
+  for (size_t i = 0; i + 1 < in_d.size(); ++i) pool.abort(in_d[i]);  // three of four freed
+  CHECK(pool.used_bytes(*d) == 16384);
+  auto c16 = pool.try_claim(16384, 1);
+  REQUIRE(c16.ok());
+  CHECK_FALSE(c16->has_value());  // the freed slots of the draining grant are not handed out
+  CHECK_FALSE(pool.try_claim(4096, 1)->has_value());  // not idle yet
+  pool.abort(in_d.back());
+  auto c4 = pool.try_claim(4096, 1);
+  REQUIRE(c4.ok());
+  CHECK(c4->has_value());
+}
