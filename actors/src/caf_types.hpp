@@ -30,6 +30,7 @@ typename Inspector::result_type inspect(Inspector& f, Note& x) {
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using call_atom = caf::atom_constant<caf::atom("call")>;
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 using fetched_atom = caf::atom_constant<caf::atom("fetched")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

@@ -2,6 +2,7 @@
 // request/reply calls from the caller's thread. Embedded mode spawns the master and owner actors
 // in this process; external mode reaches the owner as a CAF remote actor.
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -17,17 +18,53 @@ struct SessionState {
   SessionState() = default;  // not an aggregate: see OwnerState (CAF constructs states from the actor pointer)
   caf::actor owner;
   LinkCallbacks cb;
+  // Calls to a remote owner waiting for their replies: the owner's death answers them all at once
+  // (a CAF request to a node whose connection closed would otherwise wait out its timeout).
+  std::map<uint64_t, caf::response_promise> calls;
+  uint64_t next_call = 0;
+  bool down = false;
   static inline const char* name = "fluxon_client_session";
 };
+
+Blob closed_reply(const std::string& why) { return Blob{encode(error_envelope(Status(Code::kClosed, why)))}; }
 
 caf::behavior session_actor(caf::stateful_actor<SessionState>* self, caf::actor owner, LinkCallbacks cb) {
   self->state.owner = owner;
   self->state.cb = std::move(cb);
   self->monitor(owner);
   self->set_down_handler([=](caf::down_msg& dm) {
-    if (dm.source == self->state.owner.address() && self->state.cb.on_down) self->state.cb.on_down();
+    if (dm.source != self->state.owner.address()) return;
+    self->state.down = true;
+    for (auto& [id, rp] : std::exchange(self->state.calls, {}))
+      rp.deliver(closed_reply("the owner went away (its connection closed) while this call waited"));
+    if (self->state.cb.on_down) self->state.cb.on_down();
   });
   return {
+      // A call to the remote owner, answered by its reply, its timeout, or the owner's death.
+      [=](call_atom, Blob& req, uint32_t timeout_ms) -> caf::response_promise {
+        auto rp = self->make_response_promise();
+        if (self->state.down) {
+          rp.deliver(closed_reply("the owner is gone (its connection closed)"));
+          return rp;
+        }
+        const uint64_t id = self->state.next_call++;
+        self->state.calls.emplace(id, rp);
+        self->request(self->state.owner, std::chrono::milliseconds(timeout_ms), std::move(req))
+            .then(
+                [=](Blob& r) {
+                  auto it = self->state.calls.find(id);
+                  if (it == self->state.calls.end()) return;  // answered by the owner's death
+                  it->second.deliver(std::move(r));
+                  self->state.calls.erase(it);
+                },
+                [=](caf::error& e) {
+                  auto it = self->state.calls.find(id);
+                  if (it == self->state.calls.end()) return;
+                  it->second.deliver(std::move(e));
+                  self->state.calls.erase(it);
+                });
+        return rp;
+      },
       [=](Note& n) {
         auto env = decode(n.bytes);
         if (env.ok() && self->state.cb.on_note) self->state.cb.on_note(**env);
@@ -139,11 +176,17 @@ class CafOwnerLink final : public OwnerLink {
   Result<std::unique_ptr<Envelope>> request(const caf::actor& dst, Bytes bytes, uint32_t timeout_ms) {
     Result<std::unique_ptr<Envelope>> reply = Status(Code::kClosed, "owner: no reply");
     caf::scoped_actor self{*sys_};
-    self->request(dst, std::chrono::milliseconds(timeout_ms ? timeout_ms : timeout_ms_), Blob{std::move(bytes)})
-        .receive([&](Blob& b) { reply = decode(b.bytes); },
+    const uint32_t ms = timeout_ms ? timeout_ms : timeout_ms_;
+    // A remote owner's calls go through the session actor: the owner's death answers them at once.
+    // (Its own timeout fires first: the session's request carries the caller's.)
+    auto req = dst == owner_ && !info_.embedded && session_
+                   ? self->request(session_, std::chrono::milliseconds(ms + 1000), call_atom::value,
+                                   Blob{std::move(bytes)}, ms)
+                   : self->request(dst, std::chrono::milliseconds(ms), Blob{std::move(bytes)});
+    std::move(req).receive([&](Blob& b) { reply = decode(b.bytes); },
                  [&](caf::error& e) {
                    if (e == caf::sec::request_timeout)
-                     reply = Status(Code::kTimeout, "owner did not answer within " + std::to_string(timeout_ms) + " ms");
+                     reply = Status(Code::kTimeout, "owner did not answer within " + std::to_string(ms) + " ms");
                    else
                      reply = Status(Code::kClosed, "owner connection: " + sys_->render(e));
                  });

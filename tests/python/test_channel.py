@@ -170,3 +170,55 @@ def test_an_owner_restart_gives_generation_mismatch_at_once_and_a_new_channel_af
     f = channel_figures(mcluster)
     assert f["sessions"] == 1 and f["opened_total"] == 1 and f["calls_total"] >= 2
     c.close()
+
+
+@pytest.mark.parametrize("channel", ["shm", "caf"])
+def test_calls_waiting_in_a_killed_owner_end_at_once_and_the_client_goes_on_with_its_restart(tmp_path, channel):
+    """Under load: puts wait in the owner's claim queue (every slot held by another client) when the
+    owner is killed -9. Each waiting call ends at once with Closed (or GenerationMismatch), never at
+    the 60 s RPC timeout, and the same client goes on with the restarted owner (its next call names
+    the new generation; after wait_local_segments_ready it puts and reads again)."""
+    import threading
+
+    cl = Cluster(tmp_path, f"kl{free_port()}", dram="16MiB", metrics=False).start()
+    try:
+        cfg = cl.client_config()
+        cfg["client"]["channel"] = channel
+        cfg["client"]["rpc_timeout_ms"] = 60000
+        hog = fluxon.KvClient(cfg)
+        held = hog.local_fast_put_start([f"hog{i}" for i in range(4096)], 4096)  # every slot: Prepared
+        assert len(fluxon.plan_pointers(held)) == 4096
+        c = fluxon.KvClient(cfg)
+        outcomes = []
+
+        def waiter(i):
+            try:
+                c.local_fast_put_start([f"w{i}"], 4096)
+                outcomes.append(("served", time.time()))
+            except fluxon.Error as e:
+                outcomes.append((e.code, time.time()))
+
+        ts = [threading.Thread(target=waiter, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        time.sleep(1.0)  # they wait in the claim queue now
+        assert not outcomes
+        killed = time.time()
+        cl.stop_owner(0, signal.SIGKILL)
+        for t in ts:
+            t.join(timeout=30)
+        assert len(outcomes) == 4, outcomes
+        assert all(code in ("Closed", "GenerationMismatch") for code, _ in outcomes), outcomes
+        assert all(end - killed < 10 for _, end in outcomes), [(c_, end - killed) for c_, end in outcomes]
+        cl.start_owner(0)
+        with pytest.raises((fluxon.GenerationMismatch, fluxon.Closed)):
+            c.local_fast_put_start(["after"], 4096)
+        c.wait_local_segments_ready()
+        put(c, ["after"])
+        h, r = c.get_start(["after"])
+        assert r.all_hit
+        c.release_views(c.get_transfer(h))
+        c.close()
+        hog.close()
+    finally:
+        cl.stop()
