@@ -754,6 +754,19 @@ def owner_page(port: int, timeout: float = 10.0) -> str:
     return page
 
 
+def owner_slots(metrics_ports) -> list:
+    """Each owner's slots by state, from its /metrics page. A daemon that died (killed on purpose,
+    say) has no page: its entry says so, and the report goes on without its slots."""
+    out = []
+    for what, port in metrics_ports:
+        try:
+            out.append({"owner": what, "slots": slot_counts(owner_page(port, timeout=3.0))})
+        except OSError as e:  # URLError and ConnectionError are OSErrors
+            out.append({"owner": what, "slots": {}, "unreachable": str(e)})
+            print(f"workload: {what}'s /metrics is unreachable ({e}): its slots are left out", file=sys.stderr)
+    return out
+
+
 def slot_counts(page: str) -> dict:
     """Slots by state from an owner's page: fluxon_owner_slots{state="..."}."""
     out = {}
@@ -850,8 +863,7 @@ def run_once(a):
         results.sort(key=lambda x: (x["instance"], x["rank"]))
         for p in procs:
             p.join()
-        for what, port in metrics_ports:
-            owners.append({"owner": what, "slots": slot_counts(owner_page(port))})
+        owners = owner_slots(metrics_ports)
     finally:
         if cluster:
             subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)

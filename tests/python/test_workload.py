@@ -218,3 +218,21 @@ def test_workload_min_bound_is_the_optimum_of_small_traces():
             return max(options)
         reads = [seq[j:j + 3] for j in range(0, len(seq), 3)]  # requests of up to 3 pages
         assert min_bound_pct(reads, len(seq) * 64, 64, cap) == 100.0 * best(0, frozenset()) / len(seq), (seq, cap)
+
+
+def test_workload_report_survives_a_dead_owner(tmp_path):
+    """The report's per-owner slots come from each owner's /metrics: a live owner's are counted, a
+    dead one's entry says it is unreachable instead of the report crashing on URLError."""
+    import signal
+
+    from conftest import Cluster, free_port
+    from fluxon.workload import owner_slots
+
+    cl = Cluster(tmp_path, f"wlr{free_port()}", owners=2, metrics=True).start()
+    try:
+        cl.stop_owner(1, signal.SIGKILL)
+        got = owner_slots([("instance 0", cl.owner_metrics[0]), ("instance 1", cl.owner_metrics[1])])
+    finally:
+        cl.stop()
+    assert got[0]["owner"] == "instance 0" and "committed" in got[0]["slots"] and "unreachable" not in got[0]
+    assert got[1]["owner"] == "instance 1" and got[1]["slots"] == {} and got[1]["unreachable"]
