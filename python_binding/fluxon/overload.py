@@ -46,6 +46,18 @@ def _fill(plan, value_len: int, tag: int):
         ctypes.memset(a, (tag + i) % 251, value_len)
 
 
+def _reattach(c, end: float):
+    """After the owner died: wait for its next generation (wait_local_segments_ready maps it)."""
+    import fluxon
+
+    while time.time() < end:
+        try:
+            c.wait_local_segments_ready()
+            return
+        except fluxon.errors.Error:
+            time.sleep(0.2)
+
+
 def client_main(phase: str, idx: int, conf: dict, seconds: float, interval: float, batch: int, value_len: int, q):
     """One client process: put a batch, read one back, every `interval` s (0: as fast as it can)."""
     import fluxon
@@ -59,6 +71,7 @@ def client_main(phase: str, idx: int, conf: dict, seconds: float, interval: floa
         q.put((idx, counts, lat))
         return
     put_keys = []
+    done_batches = []  # the batches put, by number: a checker can look each key up afterwards
     n = 0
     end = time.time() + seconds
     nxt = time.time()
@@ -79,10 +92,15 @@ def client_main(phase: str, idx: int, conf: dict, seconds: float, interval: floa
             counts["puts_done"] += 1
             counts["keys_put"] += batch
             put_keys.append((keys, tag))
+            done_batches.append(n - 1)
             if len(put_keys) > 64:
                 put_keys.pop(0)
         except fluxon.errors.Error as e:
             counts["put:" + e.code] = counts.get("put:" + e.code, 0) + 1
+            if e.code in ("Closed", "GenerationMismatch"):  # the owner died: reattach to its next one
+                _reattach(c, end)
+                put_keys.clear()
+                continue
         except Exception as e:  # noqa: BLE001 - counted as unexpected, never hidden
             counts["put:unexpected " + type(e).__name__] = counts.get("put:unexpected " + type(e).__name__, 0) + 1
         lat.append(time.perf_counter() - t0)
@@ -104,9 +122,13 @@ def client_main(phase: str, idx: int, conf: dict, seconds: float, interval: floa
             counts["gets_done"] += 1
         except fluxon.errors.Error as e:
             counts["get:" + e.code] = counts.get("get:" + e.code, 0) + 1
+            if e.code in ("Closed", "GenerationMismatch"):
+                _reattach(c, end)
+                put_keys.clear()
         except Exception as e:  # noqa: BLE001
             counts["get:unexpected " + type(e).__name__] = counts.get("get:unexpected " + type(e).__name__, 0) + 1
     c.close()
+    counts["batches"] = done_batches[-256:]
     q.put((idx, counts, lat))
 
 
@@ -165,7 +187,8 @@ def run_phase(phase: str, conf, clients: int, seconds: float, interval: float, b
     lat = []
     for _, counts, l in results:
         for k, v in counts.items():
-            total[k] = total.get(k, 0) + v
+            if k != "batches":
+                total[k] = total.get(k, 0) + v
         lat += l
     lat.sort()
     pct = lambda q_: round(lat[min(len(lat) - 1, int(q_ * len(lat)))] * 1e3, 2) if lat else None
