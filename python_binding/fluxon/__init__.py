@@ -377,9 +377,16 @@ class KvClient:
         may be stale, and the events after it are the log's oldest. Polls every
         ``poll_interval_s`` while there is nothing new; ends after ``idle_timeout_s`` without an
         event (None: never). A transient error (the owner or master restarting) is retried."""
+        # Checked here, when called (a generator's body would run only at the first next()).
         if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) or poll_interval_s <= 0:
             raise InvalidArgument("poll_interval_s: expected a positive number of seconds")
+        if idle_timeout_s is not None and (isinstance(idle_timeout_s, bool) or not isinstance(idle_timeout_s, (int, float))
+                                           or idle_timeout_s < 0):
+            raise InvalidArgument("idle_timeout_s: expected None or a number of seconds >= 0")
         _parse_cursor(cursor)
+        return self._kv_event_stream(prefix, cursor, poll_interval_s, idle_timeout_s)
+
+    def _kv_event_stream(self, prefix, cursor, poll_interval_s, idle_timeout_s):
         import time
         idle_since = time.monotonic()
         while True:

@@ -55,6 +55,11 @@ def test_stored_and_removed_in_order_with_causes_prefix_and_a_resumed_cursor(tmp
         # A bad cursor is refused, naming it.
         with pytest.raises(fluxon.InvalidArgument, match="cursor"):
             b.poll_kv_events(None, "nonsense")
+        # ... and by the iterator when it is made, not at its first event.
+        with pytest.raises(fluxon.InvalidArgument, match="cursor"):
+            b.kv_events(cursor="nonsense")
+        with pytest.raises(fluxon.InvalidArgument, match="idle_timeout_s"):
+            b.kv_events(idle_timeout_s=-1)
         a.close()
         b.close()
     finally:
