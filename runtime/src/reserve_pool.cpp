@@ -127,7 +127,7 @@ std::optional<uint32_t> ReservePool::drain_for(uint64_t slot_size) {
     const Grant& gr = grants_[g];
     if (gr.drain_for == slot_size) return g;
     if (gr.slot_size == 0 || gr.slot_size == slot_size || gr.drain_for != 0) continue;
-    if (!pick || gr.free_slots * gr.slot_size > grants_[*pick].free_slots * grants_[*pick].slot_size) pick = g;
+    if (!pick || used_bytes(g) < used_bytes(*pick)) pick = g;  // the least to evict
   }
   if (!pick) return std::nullopt;
   Grant& gr = grants_[*pick];
