@@ -9,6 +9,7 @@
 
 #include "cluster.hpp"
 #include "fluxon/actors/runtime.hpp"
+#include "fluxon/runtime/auth.hpp"
 
 using namespace fluxon;
 
@@ -20,6 +21,9 @@ static int usage() {
                "  fluxon cluster up|down|status|cleanup FILE\n"
                "                                         (cleanup: removes the segments of the cluster's dead owners)\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
+               "  fluxon keygen PATH                    (a new cluster key, mode 0600: name it in auth: {key_file: PATH})\n"
+               "  fluxon auth check HOST:PORT [--key FILE] [--json]\n"
+               "                                         (what a daemon's control port admits without the key, and with it)\n"
                "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
                "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf] [--batch B]... [--get-rounds R]\n"
                "                                         (starts the cluster of FILE if needed)\n"
@@ -56,6 +60,30 @@ int main(int argc, char** argv) {
     auto c = load(config);
     if (!c.ok()) return 2;
     return cmd == "master" ? run_master_daemon(*c, index) : run_owner_daemon(*c, node_id);
+  }
+  if (cmd == "keygen") {
+    if (argc != 3) return usage();
+    Status s = write_key_file(argv[2]);
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "fluxon keygen: %s\n", s.message().c_str());
+      return 1;
+    }
+    auto k = load_key_file(argv[2]);
+    std::printf("fluxon keygen: wrote a cluster key to %s (mode 0600, key %s): give every host of the cluster a copy "
+                "and name it in auth: {key_file: %s}\n",
+                argv[2], k.ok() ? (*k)->fingerprint().c_str() : "?", argv[2]);
+    return 0;
+  }
+  if (cmd == "auth") {
+    if (argc < 4 || std::string(argv[2]) != "check") return usage();
+    std::string key;
+    bool json = false;
+    for (int i = 4; i < argc; ++i) {
+      if (!std::strcmp(argv[i], "--key") && i + 1 < argc) key = argv[++i];
+      else if (!std::strcmp(argv[i], "--json")) json = true;
+      else return usage();
+    }
+    return run_auth_check(argv[3], key, json);
   }
   if (cmd == "cluster") {
     if (argc < 4) return usage();

@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache libcaf-dev flatbuffers-compiler libflatbuffers-dev
       libtbb-dev doctest-dev prometheus-cpp-dev libyaml-cpp-dev pybind11-dev python3-dev python3-pytest
-      libibverbs-dev curl python3-torch python3-venv etcd-server clang-16 libfuzzer-16-dev libclang-rt-16-dev)
+      libibverbs-dev libssl-dev curl python3-torch python3-venv etcd-server clang-16 libfuzzer-16-dev libclang-rt-16-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -25,6 +25,8 @@ struct MasterState {
   // reset); its counters not_leader, newer_term.
   MasterGate gate;
   uint64_t core_resets_total = 0;
+  AuthKeyPtr key;                         // the cluster key (null: no auth)
+  std::shared_ptr<GateStats> gate_stats;  // the gate in front of this master (daemons)
   std::unique_ptr<Metrics> metrics;
   uint64_t metrics_refreshes = 0;
   static inline const char* name = "fluxon_master";
@@ -47,6 +49,19 @@ void export_metrics(MasterState& st) {
     m.gauge("fluxon_master_node_tier_bytes", help, double(t.victims), {{"node", n}, {"tier", "t2_victims"}});
     m.gauge("fluxon_master_node_tier_bytes", help, double(t.t2_capacity), {{"node", n}, {"tier", "t2_capacity"}});
     m.gauge("fluxon_master_node_tier_bytes", help, double(t.t1_capacity), {{"node", n}, {"tier", "t1_capacity"}});
+  }
+  if (st.gate_stats) {
+    const auto& g = *st.gate_stats;
+    if (st.key) {
+      m.counter("fluxon_master_auth_handshakes_total", "Connections that proved the cluster key", g.handshakes_ok.load());
+      m.counter("fluxon_master_auth_failed_handshakes_total", "Connections that failed to prove the cluster key",
+                g.handshakes_failed.load());
+      const char* help = "What was refused from nodes that did not prove the cluster key";
+      m.counter("fluxon_master_auth_refused_total", help, g.refused_calls.load(), {{"what", "request"}});
+      m.counter("fluxon_master_auth_refused_total", help, g.refused_notes.load(), {{"what", "note"}});
+    }
+    m.counter("fluxon_master_gate_dropped_total", "Messages of no public kind sent to the master's port (dropped)",
+              g.refused_other.load());
   }
   const bool leads = !st.campaign || st.campaign->serving();
   m.gauge("fluxon_master_leader", "1 while this master serves as the leader (always, with one master), 0 on a standby",
@@ -74,6 +89,15 @@ void fresh_core(MasterState& st, uint64_t epoch) {
   st.core = MasterCore(st.cfg.get_inflight_ttl_ms, st.cfg.replica_target_roles());
   st.core.set_tiers(st.cfg.replica_cache_capacity_ratio, st.cfg.replica_writeback_tier1_capacity_ratio);
   st.core.set_kv_events(st.cfg.kv_event_log_capacity, epoch);
+  if (st.key) {
+    // A grant outlives the prepared get it reads for (get_inflight_ttl_ms), with 10 s for clocks.
+    const uint64_t ttl = uint64_t(st.cfg.get_inflight_ttl_ms) + 10000;
+    st.core.set_grant_signer([key = st.key, ttl](const MasterCore::GrantRequest& r) {
+      const Grant g = make_grant(*key, r.requester_node, r.requester_generation, r.source_generation, r.offset, r.len,
+                                 wall_ms() + ttl);
+      return std::string(g.begin(), g.end());
+    });
+  }
 }
 
 // HA: whether this master may answer now; a new term starts from an empty core (E2).
@@ -98,8 +122,10 @@ Envelope serve(MasterState& st, Envelope& req) {
 }
 
 caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics,
-                           std::shared_ptr<Campaign> campaign) {
+                           std::shared_ptr<Campaign> campaign, AuthKeyPtr key, std::shared_ptr<GateStats> gate_stats) {
   self->state.cfg = mcfg;
+  self->state.key = std::move(key);
+  self->state.gate_stats = std::move(gate_stats);
   self->state.campaign = std::move(campaign);
   fresh_core(self->state, uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
@@ -133,7 +159,8 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
 }  // namespace
 
 caf::actor spawn_master(caf::actor_system& sys, const ClusterConfig& cfg, bool metrics) {
-  return sys.spawn(master_actor, cfg.master, metrics, std::shared_ptr<Campaign>{});
+  return sys.spawn(master_actor, cfg.master, metrics, std::shared_ptr<Campaign>{}, AuthKeyPtr{},
+                   std::shared_ptr<GateStats>{});
 }
 
 }  // namespace fluxon::actors
@@ -163,8 +190,23 @@ int run_master_daemon(const ClusterConfig& cfg, int index) {
     eo.address = mc.address();
     campaign = std::make_shared<Campaign>(cfg.etcd.endpoints, cfg.cluster_name, eo);
   }
-  auto master = sys.spawn(actors::master_actor, mc, true, campaign);
-  auto port = sys.middleman().publish(master, mc.port, mc.listen_host.c_str(), true);
+  AuthKeyPtr key;
+  if (cfg.auth.enabled()) {
+    auto k = load_key_file(cfg.auth.key_file);
+    if (!k.ok()) {
+      std::fprintf(stderr, "fluxon master: %s\n", k.status().to_string().c_str());
+      return 2;
+    }
+    key = *k;
+    std::fprintf(stderr, "fluxon master: auth on: every connection proves the cluster key (key %s from %s)\n",
+                 key->fingerprint().c_str(), cfg.auth.key_file.c_str());
+  } else {
+    std::fprintf(stderr, "fluxon master: auth off (no auth.key_file): listening on loopback only\n");
+  }
+  auto gate_stats = std::make_shared<actors::GateStats>();
+  auto master = sys.spawn(actors::master_actor, mc, true, campaign, key, gate_stats);
+  auto gate = actors::spawn_gate(sys, master, key, gate_stats, "the master");
+  auto port = sys.middleman().publish(gate, mc.port, mc.listen_host.c_str(), true);
   if (!port) {
     std::fprintf(stderr, "fluxon master: cannot listen on %s:%u: %s\n", mc.listen_host.c_str(), mc.port,
                  sys.render(port.error()).c_str());

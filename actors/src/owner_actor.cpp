@@ -102,8 +102,8 @@ struct Fetch {
 // Data-plane fetches, one peer batch per thread at a time; each finished batch is reported to the
 // owner actor (weakly held: it may have stopped).
 std::unique_ptr<Workers<Fetch>> make_fetcher(std::shared_ptr<Segment> seg, caf::actor_addr owner, uint32_t threads,
-                                             uint32_t timeout_ms) {
-  auto tcp = std::make_shared<TcpFetcher>(timeout_ms);
+                                             uint32_t timeout_ms, DataIdentity id) {
+  auto tcp = std::make_shared<TcpFetcher>(timeout_ms, std::move(id));
   return std::make_unique<Workers<Fetch>>(threads, kFetchQueue, [seg, owner, tcp](Fetch& f, const std::atomic<bool>&) {
     const TransferBatch& b = f.batch;
     std::vector<ReadRange> ranges;
@@ -114,7 +114,9 @@ std::unique_ptr<Workers<Fetch>> make_fetcher(std::shared_ptr<Segment> seg, caf::
         st = Status(Code::kInternal, "fetch target outside the segment");
         break;
       }
-      ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset});
+      const bool granted = it.grant.size() == kGrantBytes;
+      ranges.push_back(ReadRange{it.src_offset, it.len, seg->base() + it.dst_offset,
+                                 granted ? reinterpret_cast<const uint8_t*>(it.grant.data()) : nullptr});
     }
     if (st.is_ok()) st = tcp->read(b.host, b.port, b.source_generation, ranges, b.read ? kDataFlagRead : 0);
     if (st.is_ok() && f.fail) st = Status(Code::kTimeout, "injected fetch failure");
@@ -188,6 +190,9 @@ struct OwnerState {
   bool reconnecting = false;
   uint64_t connect_epoch = 0;  // a connect begun for an older leader's address is ignored
   uint64_t leader_term = 0;    // HA: the term etcd named with master_host:master_port (0: not the HA mode)
+  AuthKeyPtr key;              // the cluster key (null: no auth)
+  std::shared_ptr<GateStats> gate_stats;  // the gate in front of this owner (daemons)
+  std::string master_refusal;  // the last key handshake failure with the master (logged once)
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
   uint64_t metrics_refreshes = 0;
@@ -238,6 +243,28 @@ void export_metrics(OwnerState& st) {
             double(pg.effective_page_bytes(st.segment->size())));
     m.gauge("fluxon_owner_segment_huge_bytes", "Segment bytes mapped with huge pages now", double(pg.huge_bytes));
   }
+  if (st.key) {
+    const char* help = "Connections that failed to prove the cluster key, by channel (caf: the control port, "
+                       "channel: same-host clients, data: the data plane)";
+    m.counter("fluxon_owner_auth_failed_handshakes_total", help, st.gate_stats ? st.gate_stats->handshakes_failed.load() : 0,
+              {{"channel", "caf"}});
+    m.counter("fluxon_owner_auth_failed_handshakes_total", help, st.channel ? st.channel->stats().refused_auth : 0,
+              {{"channel", "channel"}});
+    m.counter("fluxon_owner_auth_failed_handshakes_total", help, st.data_server->handshakes_refused(),
+              {{"channel", "data"}});
+    m.counter("fluxon_owner_auth_handshakes_total", "Connections that proved the cluster key on the control port",
+              st.gate_stats ? st.gate_stats->handshakes_ok.load() : 0);
+    const char* rhelp = "What was refused for want of the cluster key or a grant (request: a control request from an "
+                        "unproven node; note; data_range: a data-plane request for a range the master did not grant)";
+    m.counter("fluxon_owner_auth_refused_total", rhelp, st.gate_stats ? st.gate_stats->refused_calls.load() : 0,
+              {{"what", "request"}});
+    m.counter("fluxon_owner_auth_refused_total", rhelp, st.gate_stats ? st.gate_stats->refused_notes.load() : 0,
+              {{"what", "note"}});
+    m.counter("fluxon_owner_auth_refused_total", rhelp, st.data_server->requests_denied(), {{"what", "data_range"}});
+  }
+  if (st.gate_stats)
+    m.counter("fluxon_owner_gate_dropped_total", "Messages of no public kind sent to the control port (dropped)",
+              st.gate_stats->refused_other.load());
   if (st.channel) {
     const auto cs = st.channel->stats();
     m.gauge("fluxon_owner_channel_sessions", "Same-host clients on the shared-memory channel now", double(cs.open));
@@ -373,8 +400,25 @@ void try_connect(Self* self, uint64_t epoch) {
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (epoch != self->state.connect_epoch) return;  // the leader changed meanwhile
-            if (ptr) return master_up(self, caf::actor_cast<caf::actor>(ptr), /*reconnected=*/true);
-            self->delayed_send(self, retry, reconnect_atom::value, epoch);
+            if (!ptr) return self->delayed_send(self, retry, reconnect_atom::value, epoch);
+            // The master's gate: this owner proves the cluster key first (nothing without it).
+            auto m = caf::actor_cast<caf::actor>(ptr);
+            const std::string peer = "the master at " + self->state.master_host + ":" +
+                                     std::to_string(self->state.master_port);
+            prove_key(self, m, self->state.key, std::chrono::seconds(5), peer, [=](Status proven) {
+              auto& st = self->state;
+              if (epoch != st.connect_epoch) return;
+              if (proven.is_ok()) {
+                st.master_refusal.clear();
+                return master_up(self, m, /*reconnected=*/true);
+              }
+              if (proven.message() != st.master_refusal) {  // said once, not at every retry
+                st.master_refusal = proven.message();
+                std::fprintf(stderr, "fluxon owner: %s (retrying)\n", proven.to_string().c_str());
+              }
+              self->delayed_send(self, std::max<std::chrono::milliseconds>(retry, std::chrono::seconds(1)),
+                                 reconnect_atom::value, epoch);
+            });
           },
           [=](caf::error&) {
             if (epoch == self->state.connect_epoch) self->delayed_send(self, retry, reconnect_atom::value, epoch);
@@ -419,6 +463,7 @@ std::unique_ptr<channel::Server> start_channel(Self* self, const std::string& cl
                                                uint64_t generation) {
   if (ocfg.client_channel_ring_bytes == 0) return nullptr;
   channel::ServerOptions opt;
+  opt.key = self->state.key;
   opt.ring_bytes = ocfg.client_channel_ring_bytes;
   opt.max_channels = ocfg.client_channel_max_sessions;
   opt.spin_us = ocfg.client_channel_spin_us;
@@ -454,9 +499,12 @@ std::unique_ptr<channel::Server> start_channel(Self* self, const std::string& cl
 
 caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_ptr<DataServer> data,
                           OwnerConfig ocfg, uint64_t generation, caf::actor master, std::string master_host,
-                          uint16_t master_port, bool metrics, std::string cluster) {
+                          uint16_t master_port, bool metrics, std::string cluster, AuthKeyPtr key,
+                          std::shared_ptr<GateStats> gate_stats) {
   const bool daemon = metrics;  // embedded owners serve their own process: no channel
   auto& st = self->state;
+  st.key = key;
+  st.gate_stats = std::move(gate_stats);
   // The actor owns the segment from here on: it is unlinked when the actor stops.
   st.core = std::make_unique<OwnerCore>(ocfg, generation, seg->name(), seg->size());
   st.core->set_data_address(ocfg.advertised_data_host(), data->port());
@@ -464,7 +512,8 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.populator = make_populator(st.segment, self->address());
   // The fetch threads go before the data server and the segment (state members die in reverse).
   st.data_server = std::move(data);
-  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms);
+  st.fetcher = make_fetcher(st.segment, self->address(), ocfg.data_threads, ocfg.data_timeout_ms,
+                            DataIdentity{key, ocfg.node_id, generation});
   st.master = master;
   st.master_host = std::move(master_host);
   st.master_port = master_port;
@@ -595,7 +644,8 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
 }  // namespace
 
 caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const OwnerConfig& ocfg, caf::actor master,
-                       const std::string& master_host, uint16_t master_port, bool metrics, std::string* error) {
+                       const std::string& master_host, uint16_t master_port, bool metrics, std::string* error,
+                       AuthKeyPtr key, std::shared_ptr<GateStats> gate_stats) {
   const uint64_t generation = new_generation();
   // Segments of this cluster's dead owners (killed with their guardians) go before this one is made.
   for (const SegmentFile& f : sweep_dead_segments(cfg.cluster_name, true).dead)
@@ -616,12 +666,12 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
     return caf::actor{};
   }
   const std::string bind_host = ocfg.data_host.empty() ? ocfg.listen_host : ocfg.data_host;
-  auto server = DataServer::start(bind_host, ocfg.data_port, shared->base(), shared->size(), generation);
+  auto server = DataServer::start(bind_host, ocfg.data_port, shared->base(), shared->size(), generation, 64, key);
   // The control port is bound after this: an ephemeral data port must not take it (or the metrics
   // port). Held ports are never handed out twice, so one retry while holding the first suffices.
   if (server.ok() && ocfg.data_port == 0 &&
       ((*server)->port() == ocfg.port || (*server)->port() == ocfg.metrics_port)) {
-    auto again = DataServer::start(bind_host, 0, shared->base(), shared->size(), generation);
+    auto again = DataServer::start(bind_host, 0, shared->base(), shared->size(), generation, 64, key);
     server = std::move(again);
   }
   if (!server.ok()) {
@@ -644,7 +694,7 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
   }
   std::shared_ptr<DataServer> data(std::move(server.value()));
   return sys.spawn(owner_actor, std::move(shared), std::move(data), ocfg, generation, master, master_host,
-                   master_port, metrics, cfg.cluster_name);
+                   master_port, metrics, cfg.cluster_name, std::move(key), std::move(gate_stats));
 }
 
 }  // namespace fluxon::actors
@@ -664,13 +714,29 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   // HA: no master address until etcd names the leader (the LeaderWatch below).
   const std::string mhost = cfg.ha() ? std::string() : connect_host(cfg.master.listen_host);
   const uint16_t mport = cfg.ha() ? 0 : cfg.master.port;
+  AuthKeyPtr key;
+  if (cfg.auth.enabled()) {
+    auto k = load_key_file(cfg.auth.key_file);
+    if (!k.ok()) {
+      std::fprintf(stderr, "fluxon owner: %s\n", k.status().to_string().c_str());
+      return 2;
+    }
+    key = *k;
+  }
   std::string err;
-  auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, mhost, mport, true, &err);
+  auto gate_stats = std::make_shared<actors::GateStats>();
+  auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, mhost, mport, true, &err, key, gate_stats);
   if (!owner) {
     std::fprintf(stderr, "fluxon owner: %s\n", err.c_str());
     return 1;
   }
-  auto port = sys.middleman().publish(owner, ocfg->port, ocfg->listen_host.c_str(), true);
+  if (key)
+    std::fprintf(stderr, "fluxon owner: auth on: every connection proves the cluster key (key %s from %s)\n",
+                 key->fingerprint().c_str(), cfg.auth.key_file.c_str());
+  else
+    std::fprintf(stderr, "fluxon owner: auth off (no auth.key_file): listening on loopback only\n");
+  auto gate = actors::spawn_gate(sys, owner, key, gate_stats, "the owner");
+  auto port = sys.middleman().publish(gate, ocfg->port, ocfg->listen_host.c_str(), true);
   if (!port) {
     std::fprintf(stderr, "fluxon owner: cannot listen on %s:%u: %s\n", ocfg->listen_host.c_str(), ocfg->port,
                  sys.render(port.error()).c_str());

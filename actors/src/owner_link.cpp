@@ -28,7 +28,9 @@ struct SessionState {
 
 Blob closed_reply(const std::string& why) { return Blob{encode(error_envelope(Status(Code::kClosed, why)))}; }
 
-caf::behavior session_actor(caf::stateful_actor<SessionState>* self, caf::actor owner, LinkCallbacks cb) {
+// prove: the owner is remote (behind its gate): the session proves the cluster key before its Hello.
+caf::behavior session_actor(caf::stateful_actor<SessionState>* self, caf::actor owner, LinkCallbacks cb, bool prove,
+                            AuthKeyPtr key, std::string peer) {
   self->state.owner = owner;
   self->state.cb = std::move(cb);
   self->monitor(owner);
@@ -69,12 +71,26 @@ caf::behavior session_actor(caf::stateful_actor<SessionState>* self, caf::actor 
         auto env = decode(n.bytes);
         if (env.ok() && self->state.cb.on_note) self->state.cb.on_note(**env);
       },
-      // The Hello goes out from this actor so that the owner learns where to send notes.
+      // A note to the owner: sent from this actor (the owner's gate admits this node's actors).
+      [=](out_atom, Note& n) { self->send(self->state.owner, std::move(n)); },
+      // The Hello goes out from this actor so that the owner learns where to send notes; before it,
+      // this actor proves the cluster key to the owner's gate (its node is what gets admitted).
       [=](hello_atom, Blob& hello, uint32_t timeout_ms) -> caf::response_promise {
         auto rp = self->make_response_promise();
-        self->request(self->state.owner, std::chrono::milliseconds(timeout_ms), std::move(hello))
-            .then([rp](Blob& r) mutable { rp.deliver(std::move(r)); },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        auto send_hello = [=](Blob h) mutable {
+          self->request(self->state.owner, std::chrono::milliseconds(timeout_ms), std::move(h))
+              .then([rp](Blob& r) mutable { rp.deliver(std::move(r)); },
+                    [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        };
+        if (!prove) {
+          send_hello(std::move(hello));
+          return rp;
+        }
+        prove_key(self, self->state.owner, key, std::chrono::milliseconds(timeout_ms), peer,
+                  [=, h = std::move(hello)](Status proven) mutable {
+                    if (!proven.is_ok()) return rp.deliver(Blob{encode(error_envelope(proven))});
+                    send_hello(std::move(h));
+                  });
         return rp;
       },
   };
@@ -105,7 +121,7 @@ class CafOwnerLink final : public OwnerLink {
     }
   }
 
-  Status open(const ClusterConfig& cfg, LinkCallbacks cb) {
+  Status open(const ClusterConfig& cfg, LinkCallbacks cb, AuthKeyPtr key) {
     cfg_ = std::make_unique<caf::actor_system_config>();
     configure(*cfg_, !cfg.embedded());
     sys_ = std::make_unique<caf::actor_system>(*cfg_);
@@ -134,7 +150,8 @@ class CafOwnerLink final : public OwnerLink {
       if (!o) return Status(Code::kClosed, "owner at " + addr + " is not reachable: " + sys_->render(o.error()));
       owner_ = *o;
     }
-    session_ = sys_->spawn(session_actor, owner_, std::move(cb));
+    session_ = sys_->spawn(session_actor, owner_, std::move(cb), !cfg.embedded(), std::move(key),
+                           "the owner at " + cfg.client.owner_address);
     caf::scoped_actor self{*sys_};
     Result<std::unique_ptr<Envelope>> reply = Status(Code::kClosed, "no reply to hello");
     self->request(session_, caf::infinite, hello_atom::value, Blob{encode(make_envelope(wire::HelloT{{}, uint64_t(getpid())}))},
@@ -170,7 +187,7 @@ class CafOwnerLink final : public OwnerLink {
     return request(embedded_master_, encode(req), timeout_ms);
   }
 
-  void notify(const Envelope& note) override { caf::anon_send(owner_, Note{encode(note)}); }
+  void notify(const Envelope& note) override { caf::anon_send(session_, out_atom::value, Note{encode(note)}); }
 
  private:
   Result<std::unique_ptr<Envelope>> request(const caf::actor& dst, Bytes bytes, uint32_t timeout_ms) {
@@ -259,6 +276,12 @@ class ChannelOwnerLink final : public OwnerLink {
 namespace fluxon {
 
 Result<std::unique_ptr<OwnerLink>> open_owner_link(const ClusterConfig& cfg, LinkCallbacks cb) {
+  AuthKeyPtr key;
+  if (cfg.auth.enabled() && !cfg.embedded()) {
+    auto k = load_key_file(cfg.auth.key_file);
+    if (!k.ok()) return k.status();
+    key = *k;
+  }
   auto link = std::make_unique<actors::CafOwnerLink>();
   auto hook = std::make_shared<actors::DownHook>();
   if (!cfg.embedded() && cfg.client.channel != "caf") {
@@ -267,12 +290,12 @@ Result<std::unique_ptr<OwnerLink>> open_owner_link(const ClusterConfig& cfg, Lin
       if (next) next();
     };
   }
-  Status s = link->open(cfg, std::move(cb));
+  Status s = link->open(cfg, std::move(cb), key);
   if (!s.is_ok()) return s;
   if (cfg.embedded() || cfg.client.channel == "caf") return std::unique_ptr<OwnerLink>(std::move(link));
   const LinkInfo& info = link->info();
   auto ch = channel::Client::connect(channel::socket_name(cfg.cluster_name, info.node_id, info.generation),
-                                     info.session_id, info.generation, cfg.client.channel_spin_us);
+                                     info.session_id, info.generation, cfg.client.channel_spin_us, key);
   if (!ch.ok()) {
     if (cfg.client.channel == "shm")
       return Status(ch.status().code(), "client.channel is shm: " + ch.status().message());

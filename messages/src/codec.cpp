@@ -33,7 +33,7 @@ Result<std::unique_ptr<Envelope>> decode(const uint8_t* data, size_t len) {
                 "fluxon.fbs ErrCode::" #name " differs from FLUXON_STATUS_CODES");
 FLUXON_STATUS_CODES(FLUXON_CHECK_WIRE_CODE)
 #undef FLUXON_CHECK_WIRE_CODE
-static_assert(static_cast<int>(wire::ErrCode::MAX) == static_cast<int>(Code::kInternal),
+static_assert(static_cast<int>(wire::ErrCode::MAX) == static_cast<int>(Code::kPermissionDenied),
               "fluxon.fbs ErrCode has a code FLUXON_STATUS_CODES lacks");
 
 wire::ErrorT to_wire(const Status& s) {
@@ -48,7 +48,7 @@ wire::ErrorT to_wire(const Status& s) {
 
 Status from_wire(const wire::ErrorT& e) {
   auto code = static_cast<uint8_t>(e.code);
-  if (code == 0 || code > static_cast<uint8_t>(Code::kInternal))
+  if (code == 0 || code > static_cast<uint8_t>(Code::kPermissionDenied))
     return Status(Code::kInternal, "error with unknown code " + std::to_string(code) + ": " + e.message);
   Status s(static_cast<Code>(code), e.message);
   s.indices = e.indices;

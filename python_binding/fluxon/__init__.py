@@ -14,7 +14,7 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 from . import errors
 from .errors import (Closed, Error, GenerationMismatch, Internal, InvalidArgument, KeyConflict, KeyNotFound,
-                     LocalReserveTimeout, MalformedMessage, NoSpace, Timeout)
+                     LocalReserveTimeout, MalformedMessage, NoSpace, PermissionDenied, Timeout)
 from ._fluxon import PLAN_MAGIC, _Client
 
 __version__ = "0.2.0"
@@ -23,7 +23,7 @@ __all__ = [
     "KvClient", "KvEvent", "PutOptionalArgs", "GetStartResult", "GetStartHandle", "KvFuture", "ExistsResult", "plan_pointers",
     "plan_lengths", "PLAN_MAGIC", "__version__",
     "Error", "InvalidArgument", "KeyConflict", "NoSpace", "LocalReserveTimeout", "KeyNotFound",
-    "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal",
+    "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal", "PermissionDenied",
 ]
 
 

@@ -75,16 +75,35 @@ static_assert(sizeof(EntryHead) == kEntryHeader);
 uint8_t* req_data(Header* h) { return reinterpret_cast<uint8_t*>(h) + sizeof(Header); }
 uint8_t* resp_data(Header* h) { return req_data(h) + h->ring_bytes; }
 
+struct Challenge {
+  uint64_t magic;
+  uint32_t version, pad;
+  Nonce nonce;
+};
 struct Hello {
   uint64_t magic, session, generation;
   uint32_t version, pid;
+  Nonce nonce;
+  Proof proof;  // with the cluster key (zero without)
 };
 struct Welcome {
   uint64_t magic;
   uint32_t version, ring_bytes;
-  int32_t status;  // 0 ok; else refused (an errno-like code)
+  int32_t status;  // 0 ok; else refused (an errno-like code; EACCES: the key was not proven)
   uint32_t pad;
+  Proof proof;  // with the cluster key: the owner's
 };
+static_assert(sizeof(Challenge) == 32 && sizeof(Hello) == 80 && sizeof(Welcome) == 56);
+
+constexpr std::string_view kChannelName = "channel";
+// Who the hello speaks for: its session and generation, and the pid the kernel vouches for.
+std::string hello_identity(uint64_t session, uint64_t generation, uint32_t pid) {
+  std::string s(20, '\0');
+  std::memcpy(s.data(), &session, 8);
+  std::memcpy(s.data() + 8, &generation, 8);
+  std::memcpy(s.data() + 16, &pid, 4);
+  return s;
+}
 
 int abstract_address(const std::string& name, sockaddr_un* a, socklen_t* len) {
   std::memset(a, 0, sizeof(*a));
@@ -292,24 +311,35 @@ struct Server::Impl {
       std::lock_guard<std::mutex> g(m);
       ++st.refused_channels;
     }
-    Welcome w{kMagic, kVersion, 0, code, 0};
+    Welcome w{kMagic, kVersion, 0, code, 0, {}};
     write_all(fd, &w, sizeof(w));
     ::close(fd);
   }
 
-  // Connections whose hello has not come yet (fd -> when accepted). A connection never blocks the
-  // poller: its hello is read when it is there, and one still missing after a second is refused.
-  std::unordered_map<int, Clock::time_point> pending;
+  // Connections whose hello has not come yet (fd -> when accepted, the challenge sent). A
+  // connection never blocks the poller: its hello is read when it is there, and one still missing
+  // after a second is refused.
+  struct Pending {
+    Clock::time_point since;
+    Nonce nonce;
+  };
+  std::unordered_map<int, Pending> pending;
 
   void accept_pending() {
     while (true) {
       int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;
+      const Challenge ch{kMagic, kVersion, 0, random_nonce()};
+      // A fresh socket's buffer takes 32 bytes at once; a peer that cannot take them is refused.
+      if (::send(fd, &ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(sizeof(ch))) {
+        ::close(fd);
+        continue;
+      }
       if (pending.size() >= 64) {  // bounded: a flood of silent connections is refused at once
         refuse(fd, EBUSY);
         continue;
       }
-      pending.emplace(fd, Clock::now());
+      pending.emplace(fd, Pending{Clock::now(), ch.nonce});
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.fd = fd;
@@ -325,8 +355,8 @@ struct Server::Impl {
   void sweep_pending() {
     const auto now = Clock::now();
     std::vector<int> late;
-    for (const auto& [fd, since] : pending)
-      if (now - since > std::chrono::seconds(1)) late.push_back(fd);
+    for (const auto& [fd, p] : pending)
+      if (now - p.since > std::chrono::seconds(1)) late.push_back(fd);
     for (int fd : late) {
       drop_pending(fd);
       refuse(fd, ETIMEDOUT);
@@ -339,30 +369,45 @@ struct Server::Impl {
     const ssize_t got = ::recv(fd, &hello, sizeof(hello), MSG_PEEK | MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got > 0 && got < ssize_t(sizeof(hello))) return;  // the rest is on its way (or the sweep ends it)
+    const auto pit = pending.find(fd);
+    const Nonce challenge = pit != pending.end() ? pit->second.nonce : Nonce{};
     drop_pending(fd);
     if (got != ssize_t(sizeof(hello)) || ::recv(fd, &hello, sizeof(hello), MSG_DONTWAIT) != ssize_t(sizeof(hello)) ||
         hello.magic != kMagic || hello.version != kVersion)
       return refuse(fd, EPROTO);
     const int flags = ::fcntl(fd, F_GETFL);
     ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // the welcome is written whole
-    welcome(fd, hello);
+    welcome(fd, hello, challenge);
   }
 
-  void welcome(int fd, const Hello& hello) {
+  void welcome(int fd, const Hello& hello, const Nonce& challenge) {
     if (hello.generation != generation) return refuse(fd, ESTALE);
+    ucred cred{};
+    socklen_t cl = sizeof(cred);
+    ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
+    const std::string who = hello_identity(hello.session, hello.generation, uint32_t(cred.pid));
+    Proof mine{};
+    if (opt.key) {
+      const Proof want = client_proof(*opt.key, kChannelName, challenge, hello.nonce, who);
+      if (!equal_ct(want.data(), hello.proof.data(), kProofBytes)) {
+        {
+          std::lock_guard<std::mutex> g(m);
+          ++st.refused_auth;
+        }
+        return refuse(fd, EACCES);
+      }
+      mine = server_proof(*opt.key, kChannelName, challenge, hello.nonce, who);
+    }
     {
       std::lock_guard<std::mutex> g(m);
       if (channels.size() >= opt.max_channels) {
         ++st.refused_channels;
-        Welcome w{kMagic, kVersion, 0, EMFILE, 0};
+        Welcome w{kMagic, kVersion, 0, EMFILE, 0, {}};
         write_all(fd, &w, sizeof(w));
         ::close(fd);
         return;
       }
     }
-    ucred cred{};
-    socklen_t cl = sizeof(cred);
-    ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
     auto c = std::make_shared<Channel>();
     c->sock = fd;
     c->session = hello.session;
@@ -393,7 +438,7 @@ struct Server::Impl {
     c->req = Consumer(&h->req, req_data(h), opt.ring_bytes);
     c->resp = Producer(&h->resp, resp_data(h), opt.ring_bytes);
     // The welcome carries the mapping and the doorbell.
-    Welcome w{kMagic, kVersion, opt.ring_bytes, 0, 0};
+    Welcome w{kMagic, kVersion, opt.ring_bytes, 0, 0, mine};
     iovec iov{&w, sizeof(w)};
     char ctrl[CMSG_SPACE(2 * sizeof(int))] = {};
     msghdr msg{};
@@ -698,7 +743,7 @@ struct Client::Impl {
 };
 
 Result<std::unique_ptr<Client>> Client::connect(const std::string& name, uint64_t session, uint64_t generation,
-                                                uint32_t spin_us) {
+                                                uint32_t spin_us, AuthKeyPtr key) {
   sockaddr_un a;
   socklen_t alen;
   if (abstract_address(name, &a, &alen) != 0) return invalid_argument("channel name too long: " + name);
@@ -708,7 +753,18 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& name, uint64_
   if (I->sock < 0) return Status(Code::kClosed, std::string("channel socket: ") + std::strerror(errno));
   if (::connect(I->sock, reinterpret_cast<sockaddr*>(&a), alen) != 0)
     return Status(Code::kClosed, "no owner channel at @" + name + ": " + std::strerror(errno));
-  Hello hello{kMagic, session, generation, kVersion, uint32_t(::getpid())};
+  Challenge ch{};
+  {
+    pollfd p{I->sock, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1 || ::recv(I->sock, &ch, sizeof(ch), MSG_WAITALL) != ssize_t(sizeof(ch)))
+      return Status(Code::kTimeout, "channel: no challenge from the owner at @" + name);
+    if (ch.magic != kMagic || ch.version != kVersion)
+      return Status(Code::kClosed, "channel: the owner at @" + name + " speaks another channel version");
+  }
+  const uint32_t pid = uint32_t(::getpid());
+  const std::string who = hello_identity(session, generation, pid);
+  Hello hello{kMagic, session, generation, kVersion, pid, random_nonce(), {}};
+  if (key) hello.proof = client_proof(*key, kChannelName, ch.nonce, hello.nonce, who);
   if (!write_all(I->sock, &hello, sizeof(hello))) return Status(Code::kClosed, "channel hello: not sent");
   Welcome w{};
   iovec iov{&w, sizeof(w)};
@@ -735,8 +791,18 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& name, uint64_
   }
   if (w.status != 0) {
     close_mfd();
+    if (w.status == EACCES)
+      return Status(Code::kPermissionDenied,
+                    "channel refused by the owner: this process did not prove the cluster key (auth.key_file)");
     return Status(w.status == EMFILE ? Code::kNoSpace : Code::kClosed,
                   std::string("channel refused by the owner: ") + std::strerror(w.status));
+  }
+  if (key) {
+    const Proof want = server_proof(*key, kChannelName, ch.nonce, hello.nonce, who);
+    if (!equal_ct(want.data(), w.proof.data(), kProofBytes)) {
+      close_mfd();
+      return Status(Code::kPermissionDenied, "channel: the owner at @" + name + " does not hold this cluster's key");
+    }
   }
   struct stat sb{};
   if (fds[0] < 0 || fds[1] < 0 || ::fstat(fds[0], &sb) != 0 || w.ring_bytes < kMinRingBytes ||

@@ -358,7 +358,37 @@ ClusterConfig default_embedded_config() {
   return c;
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+namespace {
+// Without the cluster key, nothing listens beyond this machine: whoever reaches a port could read
+// users' KV pages.
+Status check_loopback_without_auth(const ClusterConfig& c) {
+  if (c.auth.enabled()) return Status::ok();
+  auto refuse = [](const std::string& field, const std::string& host) {
+    return invalid_argument(field + ": '" + host +
+                            "' is not a loopback address, and without auth every daemon listens on 127.0.0.1 "
+                            "only (anyone reaching the port could read users' KV pages): write a key with `fluxon "
+                            "keygen PATH` and name it in auth: {key_file: PATH}");
+  };
+  if (!c.ha() && !is_loopback_host(c.master.listen_host)) return refuse("master.listen_host", c.master.listen_host);
+  for (size_t i = 0; i < c.masters.size(); ++i)
+    if (!is_loopback_host(c.masters[i].listen_host))
+      return refuse("masters[" + std::to_string(i) + "].listen_host", c.masters[i].listen_host);
+  for (size_t i = 0; i < c.owners.size(); ++i) {
+    const std::string w = "owners[" + std::to_string(i) + "]";
+    if (!is_loopback_host(c.owners[i].listen_host)) return refuse(w + ".listen_host", c.owners[i].listen_host);
+    if (!c.owners[i].data_host.empty() && !is_loopback_host(c.owners[i].data_host))
+      return refuse(w + ".data_host", c.owners[i].data_host);
+  }
+  return Status::ok();
+}
+}  // namespace
+
 Status validate(const ClusterConfig& c) {
+  FLX_TRY(check_loopback_without_auth(c));
   for (size_t i = 0; i < c.owners.size(); ++i)
     if (c.owners[i].hot_writeback_ratio > 0 && !c.master.restrict_to_remote_only_node_roles)
       return invalid_argument("owners[" + std::to_string(i) +
@@ -421,7 +451,12 @@ Result<ClusterConfig> parse_config_text(const std::string& text) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   try {
     FLX_TRY(check_keys(root, "config", {"cluster_name", "run_dir", "master", "masters", "etcd", "owners", "owner",
-                                        "client", "owner_address"}));
+                                        "client", "owner_address", "auth"}));
+    if (auto a = root["auth"]) {
+      FLX_TRY(check_keys(a, "auth", {"key_file"}));
+      FLX_TRY(get_str(a, "key_file", "auth", c.auth.key_file));
+      if (c.auth.key_file.empty()) return invalid_argument("auth.key_file: required (a file written by `fluxon keygen`)");
+    }
     FLX_TRY(get_str(root, "cluster_name", "config", c.cluster_name));
     FLX_TRY(get_str(root, "run_dir", "config", c.run_dir));
     if (root["master"]) FLX_TRY(parse_master(root["master"], c.master));
@@ -472,6 +507,7 @@ std::string describe(const ClusterConfig& c) {
   auto b = [](bool v) { return v ? "true" : "false"; };
   o << "cluster_name: " << c.cluster_name << "\n";
   if (!c.run_dir.empty()) o << "run_dir: " << c.run_dir << "\n";
+  if (c.auth.enabled()) o << "auth: {key_file: " << c.auth.key_file << "}\n";
   // A master's keys, each line after the first led by `in` (the first by `first`).
   auto master = [&](const MasterConfig& m, const std::string& first, const std::string& in) {
     o << first << "listen_host: " << m.listen_host << "\n" << in << "port: " << m.port << "\n" << in
@@ -544,7 +580,13 @@ Result<ClusterConfig> load_config_file(const std::string& path) {
   if (!f) return invalid_argument("config: cannot read '" + path + "'");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_config_text(ss.str());
+  auto c = parse_config_text(ss.str());
+  // A relative key_file is the config file's neighbour, wherever the command runs.
+  if (c.ok() && c->auth.enabled() && c->auth.key_file[0] != '/') {
+    const auto slash = path.rfind('/');
+    if (slash != std::string::npos) c->auth.key_file = path.substr(0, slash + 1) + c->auth.key_file;
+  }
+  return c;
 }
 
 }  // namespace fluxon

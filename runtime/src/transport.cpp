@@ -31,6 +31,30 @@ struct ReplyHeader {
   uint64_t total;
 };
 static_assert(sizeof(RequestHeader) == 24 && sizeof(ReplyHeader) == 16 && sizeof(RangeWire) == 16);
+// The keyed handshake (transport.hpp).
+struct AuthChallenge {
+  uint32_t magic, version;
+  Nonce nonce;
+};
+struct AuthHello {
+  uint32_t magic, node;
+  uint64_t generation;
+  Nonce nonce;
+  Proof proof;
+};
+struct AuthVerdict {
+  uint32_t magic, status;
+  Proof proof;
+};
+static_assert(sizeof(AuthChallenge) == 24 && sizeof(AuthHello) == 64 && sizeof(AuthVerdict) == 40);
+constexpr std::string_view kDataChannel = "data";
+
+std::string identity_bytes(uint32_t node, uint64_t generation) {
+  std::string s(12, '\0');
+  std::memcpy(s.data(), &node, 4);
+  std::memcpy(s.data() + 4, &generation, 8);
+  return s;
+}
 
 }  // namespace
 
@@ -143,7 +167,8 @@ Result<sockaddr_in> resolve(const std::string& host, uint16_t port) {
 // ---- server ------------------------------------------------------------------------------------
 
 Result<std::unique_ptr<DataServer>> DataServer::start(const std::string& host, uint16_t port, const uint8_t* base,
-                                                      uint64_t len, uint64_t generation, uint32_t max_connections) {
+                                                      uint64_t len, uint64_t generation, uint32_t max_connections,
+                                                      AuthKeyPtr key) {
   auto addr = resolve(host, port);
   if (!addr.ok()) return addr.status();
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -160,12 +185,18 @@ Result<std::unique_ptr<DataServer>> DataServer::start(const std::string& host, u
   socklen_t bl = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);
   return std::unique_ptr<DataServer>(
-      new DataServer(fd, ntohs(bound.sin_port), base, len, generation, max_connections));
+      new DataServer(fd, ntohs(bound.sin_port), base, len, generation, max_connections, std::move(key)));
 }
 
 DataServer::DataServer(int fd, uint16_t port, const uint8_t* base, uint64_t len, uint64_t generation,
-                       uint32_t max_conns)
-    : listen_fd_(fd), port_(port), base_(base), len_(len), generation_(generation), max_conns_(max_conns) {
+                       uint32_t max_conns, AuthKeyPtr key)
+    : listen_fd_(fd),
+      port_(port),
+      base_(base),
+      len_(len),
+      generation_(generation),
+      max_conns_(max_conns),
+      key_(std::move(key)) {
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 
@@ -205,9 +236,40 @@ void DataServer::accept_loop() {
   }
 }
 
+bool DataServer::handshake(int fd, uint32_t* node, uint64_t* generation) {
+  // A silent or slow peer does not hold a connection thread: 5 s for its hello.
+  tune(fd, 5000);
+  const AuthChallenge ch{kDataAuthMagic, 1, random_nonce()};
+  AuthHello hello{};
+  if (!send_all(fd, &ch, sizeof(ch)) || !recv_all(fd, &hello, sizeof(hello))) {
+    handshakes_refused_++;
+    return false;
+  }
+  const std::string who = identity_bytes(hello.node, hello.generation);
+  const Proof want = client_proof(*key_, kDataChannel, ch.nonce, hello.nonce, who);
+  AuthVerdict v{kDataAuthMagic, uint32_t(DataStatus::kOk), {}};
+  if (hello.magic != kDataAuthMagic || !equal_ct(want.data(), hello.proof.data(), kProofBytes)) {
+    handshakes_refused_++;
+    v.status = uint32_t(DataStatus::kPermissionDenied);
+    send_all(fd, &v, sizeof(v));
+    return false;
+  }
+  v.proof = server_proof(*key_, kDataChannel, ch.nonce, hello.nonce, who);
+  if (!send_all(fd, &v, sizeof(v))) return false;
+  tune(fd, 0);
+  *node = hello.node;
+  *generation = hello.generation;
+  return true;
+}
+
 void DataServer::serve(int fd) {
   std::vector<RangeWire> ranges;
-  while (!stop_) {
+  std::vector<uint8_t> grants;
+  uint32_t peer_node = 0;
+  uint64_t peer_generation = 0;
+  const bool keyed = key_ != nullptr;
+  const bool open = !keyed || handshake(fd, &peer_node, &peer_generation);
+  while (open && !stop_) {
     RequestHeader h;
     if (!recv_all(fd, &h, sizeof(h))) break;
     ReplyHeader rep{kDataMagic, uint32_t(DataStatus::kOk), 0};
@@ -220,8 +282,23 @@ void DataServer::serve(int fd) {
     }
     ranges.resize(count);
     if (!recv_all(fd, ranges.data(), ranges.size() * sizeof(RangeWire))) break;
+    if (keyed) {
+      grants.resize(size_t(count) * kGrantBytes);
+      if (!recv_all(fd, grants.data(), grants.size())) break;
+    }
     rep.status = uint32_t(data_ranges_status(reinterpret_cast<const uint8_t*>(ranges.data()), count,
                                              h.generation == generation_, len_, &rep.total));
+    if (keyed && rep.status == uint32_t(DataStatus::kOk)) {
+      // Only what the master granted this requester, for this generation, not yet expired.
+      const uint64_t now = wall_ms();
+      for (uint32_t i = 0; i < count; ++i)
+        if (check_grant(*key_, grants.data() + size_t(i) * kGrantBytes, peer_node, peer_generation, generation_,
+                        ranges[i].offset, ranges[i].len, now) != nullptr) {
+          rep.status = uint32_t(DataStatus::kPermissionDenied);
+          requests_denied_++;
+          break;
+        }
+    }
     if (rep.status != uint32_t(DataStatus::kOk)) {
       rep.total = 0;
       requests_refused_++;
@@ -283,7 +360,35 @@ Result<int> TcpFetcher::take(const std::string& host, uint16_t port) {
     return s;
   }
   connects_++;
+  if (id_.key) {
+    Status s = handshake(fd, host + ":" + std::to_string(port));
+    if (!s.is_ok()) {
+      ::close(fd);
+      return s;
+    }
+  }
   return fd;
+}
+
+Status TcpFetcher::handshake(int fd, const std::string& peer) {
+  AuthChallenge ch{};
+  if (!recv_all(fd, &ch, sizeof(ch)))
+    return Status(Code::kTimeout, errno_text(("data plane: no challenge from " + peer).c_str()));
+  if (ch.magic != kDataAuthMagic)
+    return Status(Code::kPermissionDenied, "data plane: " + peer +
+                                               " does not authenticate (a cluster without auth.key_file?): nothing read");
+  const std::string who = identity_bytes(id_.node, id_.generation);
+  AuthHello hello{kDataAuthMagic, id_.node, id_.generation, random_nonce(), {}};
+  hello.proof = client_proof(*id_.key, kDataChannel, ch.nonce, hello.nonce, who);
+  AuthVerdict v{};
+  if (!send_all(fd, &hello, sizeof(hello)) || !recv_all(fd, &v, sizeof(v)))
+    return Status(Code::kTimeout, errno_text(("data plane: handshake with " + peer).c_str()));
+  if (v.magic != kDataAuthMagic || v.status != uint32_t(DataStatus::kOk))
+    return Status(Code::kPermissionDenied, "data plane: " + peer + " refused this owner's key (auth.key_file)");
+  const Proof want = server_proof(*id_.key, kDataChannel, ch.nonce, hello.nonce, who);
+  if (!equal_ct(want.data(), v.proof.data(), kProofBytes))
+    return Status(Code::kPermissionDenied, "data plane: " + peer + " does not hold this cluster's key");
+  return Status::ok();
 }
 
 void TcpFetcher::give_back(const std::string& host, uint16_t port, int fd) {
@@ -319,13 +424,31 @@ Status TcpFetcher::read(const std::string& host, uint16_t port, uint64_t generat
       wire[i] = RangeWire{ranges[i].src_offset, ranges[i].len};
       total += ranges[i].len;
     }
-    iovec iov[2] = {{&h, sizeof(h)}, {wire.data(), wire.size() * sizeof(RangeWire)}};
-    const bool sent = send_all_iov(*fd, iov, 2);
+    std::vector<uint8_t> grants;
+    if (id_.key) {
+      grants.resize(ranges.size() * kGrantBytes);
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        if (!ranges[i].grant) {
+          ::close(*fd);
+          return Status(Code::kPermissionDenied, "data plane: a range of " + peer + " without the master's grant");
+        }
+        std::memcpy(grants.data() + i * kGrantBytes, ranges[i].grant, kGrantBytes);
+      }
+    }
+    iovec iov[3] = {{&h, sizeof(h)},
+                    {wire.data(), wire.size() * sizeof(RangeWire)},
+                    {grants.data(), grants.size()}};
+    const bool sent = send_all_iov(*fd, iov, id_.key ? 3 : 2);
     ReplyHeader rep{};
     if (!sent || !recv_all(*fd, &rep, sizeof(rep))) {
       ::close(*fd);
       if (attempt == 0 && errno != EAGAIN && errno != EWOULDBLOCK) continue;
       return Status(Code::kTimeout, errno_text(("data plane: request to " + peer).c_str()));
+    }
+    if (rep.magic == kDataAuthMagic) {  // a keyed server's challenge: this reader has no key
+      ::close(*fd);
+      return Status(Code::kPermissionDenied,
+                    "data plane: " + peer + " requires the cluster key (auth.key_file), and this owner has none");
     }
     if (rep.magic != kDataMagic) {
       ::close(*fd);
@@ -340,6 +463,9 @@ Status TcpFetcher::read(const std::string& host, uint16_t port, uint64_t generat
                         "data plane: " + peer + " is not owner generation " + std::to_string(generation));
         case DataStatus::kOutOfRange:
           return invalid_argument("data plane: a range is outside " + peer + "'s segment");
+        case DataStatus::kPermissionDenied:
+          return Status(Code::kPermissionDenied,
+                        "data plane: " + peer + " refused a range the master did not grant to this owner");
         default:
           return Status(Code::kMalformedMessage, "data plane: " + peer + " refused the request");
       }

@@ -131,10 +131,12 @@ class Cluster:
     """A master and owners as real processes, started from a generated config file."""
 
     def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra="", metrics: bool = False,
-                 dram: str = "256MiB", master_extra: str = ""):
+                 dram: str = "256MiB", master_extra: str = "", key_file: str = None):
         """owner_extra: config lines added to every owner, or a list of them, one per owner;
-        master_extra: keys added to the master's mapping ("k: v, k: v")."""
+        master_extra: keys added to the master's mapping ("k: v, k: v"); key_file: the cluster key
+        (auth: {key_file}) of the daemons and, by default, of the clients."""
         self.name = name
+        self.key_file = key_file
         self._shape = (tmp, owners, owner_extra, metrics, dram, master_extra)
         self._write_config()
         self.logs = tmp
@@ -150,6 +152,7 @@ class Cluster:
         self.owner_ports = [free_port() for _ in range(owners)]
         self.owner_metrics = [free_port() if metrics else 0 for _ in range(owners)]
         lines = [f"cluster_name: {self.name}", f"run_dir: {tmp}",
+                 *([f"auth: {{key_file: {self.key_file}}}"] if self.key_file else []),
                  f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}"
                  + (f", {master_extra}" if master_extra else "") + "}", "owners:"]
         for i, (p, mp) in enumerate(zip(self.owner_ports, self.owner_metrics)):
@@ -209,12 +212,17 @@ class Cluster:
         """The client config a user writes for an SGLang worker of owner i (a YAML file)."""
         path = self.logs / f"client-{self.name}-{i}.yaml"
         path.write_text(f"cluster_name: {self.name}\nclient: {{owner_address: 127.0.0.1:{self.owner_ports[i]}, "
-                        f"channel: {CHANNEL}}}\n")
+                        f"channel: {CHANNEL}}}\n" + (f"auth: {{key_file: {self.key_file}}}\n" if self.key_file else ""))
         return str(path)
 
-    def client_config(self, i: int = 0) -> dict:
-        return {"cluster_name": self.name, "client": {"owner_address": f"127.0.0.1:{self.owner_ports[i]}",
-                                                      "rpc_timeout_ms": 10000, "channel": CHANNEL}}
+    def client_config(self, i: int = 0, key_file="cluster", channel=None) -> dict:
+        """key_file: the cluster's (default), another path, or None (a client without auth)."""
+        c = {"cluster_name": self.name, "client": {"owner_address": f"127.0.0.1:{self.owner_ports[i]}",
+                                                   "rpc_timeout_ms": 10000, "channel": channel or CHANNEL}}
+        key = self.key_file if key_file == "cluster" else key_file
+        if key:
+            c["auth"] = {"key_file": str(key)}
+        return c
 
 
 @pytest.fixture

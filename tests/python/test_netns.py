@@ -51,8 +51,12 @@ class TwoHostCluster:
         self.name, self.tmp = name, tmp_path
         mport, self.p1, self.p2 = free_port(), free_port(), free_port()
         self.cfg = tmp_path / "cluster.yaml"
+        # Off loopback: the daemons, their clients and the data plane between the hosts prove the key.
+        self.key = tmp_path / "cluster.key"
+        subprocess.run([FLUXON_BIN, "keygen", str(self.key)], check=True, capture_output=True, timeout=30)
         self.cfg.write_text(textwrap.dedent(f"""
             cluster_name: {name}
+            auth: {{key_file: {self.key}}}
             master: {{listen_host: {IP_A}, port: {mport}}}
             owners:
               - {{node_id: 1, listen_host: {IP_A}, port: {self.p1}, contribute_to_cluster_pool_size: {{dram: 128MiB}},
@@ -90,7 +94,8 @@ class TwoHostCluster:
             import sys, ctypes
             sys.path.insert(0, {str(BUILD / 'python')!r})
             import fluxon
-            c = fluxon.KvClient({{"cluster_name": {self.name!r}, "owner_address": "{ip}:{port}"}})
+            c = fluxon.KvClient({{"cluster_name": {self.name!r}, "owner_address": "{ip}:{port}",
+                                  "auth": {{"key_file": {str(self.key)!r}}}}})
         """) + textwrap.dedent(body) + "\nc.close()\n"
 
 

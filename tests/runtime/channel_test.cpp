@@ -338,10 +338,39 @@ TEST_CASE("channel: a silent connection blocks nobody, and new clients get in wh
   char buf[64];
   timeval tv{5, 0};
   ::setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  CHECK(::recv(silent, buf, sizeof buf, 0) >= 0);  // a refusal, then the end
+  CHECK(::recv(silent, buf, 32, MSG_WAITALL) == 32);  // the challenge, at once
+  CHECK(::recv(silent, buf, sizeof buf, 0) >= 0);      // a refusal, then the end
   stop = true;
   load.join();
   CHECK(bad == 0);
   ::close(silent);
   CHECK(owner.server->stats().refused_channels == 1);
+}
+
+TEST_CASE("channel with the key: a client proving it gets in, no key or a wrong one is refused with PermissionDenied and counted") {
+  auto make_key = [](const char* tag) {
+    const std::string path = "/tmp/fluxon-ch-key-" + std::string(tag) + "-" + std::to_string(getpid());
+    ::unlink(path.c_str());
+    REQUIRE(write_key_file(path).is_ok());
+    auto k = load_key_file(path);
+    ::unlink(path.c_str());
+    REQUIRE(k.ok());
+    return *k;
+  };
+  ServerOptions opt;
+  opt.key = make_key("good");
+  EchoOwner owner(opt);
+  auto none = Client::connect(owner.name, 1, 42, 0);
+  CHECK(none.status().code() == Code::kPermissionDenied);
+  auto wrong = Client::connect(owner.name, 2, 42, 0, make_key("wrong"));
+  CHECK(wrong.status().code() == Code::kPermissionDenied);
+  CHECK(owner.server->stats().refused_auth == 2);
+  CHECK(owner.server->stats().open == 0);
+  auto good = Client::connect(owner.name, 3, 42, 0, opt.key);
+  REQUIRE(good.ok());
+  CHECK((*good)->call(pattern(16, 3), 5000).ok());
+  // A client with the key at an owner without one: the owner cannot prove it, refused.
+  EchoOwner open_owner;
+  auto doubtful = Client::connect(open_owner.name, 4, 42, 0, opt.key);
+  CHECK(doubtful.status().code() == Code::kPermissionDenied);
 }

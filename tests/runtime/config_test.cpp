@@ -242,6 +242,7 @@ TEST_CASE("config: replica_task_max_inflight is 1..64 on owners only") {
 TEST_CASE("config: the HA mode (etcd + masters) parses, and its description reads back the same") {
   auto r = parse_config_text(R"(
 cluster_name: h
+auth: {key_file: /etc/fluxon/h.key}
 etcd: {endpoints: [http://127.0.0.1:2379, http://10.0.0.2:2379], lease_ttl_ms: 3000}
 masters:
   - {port: 7700, metrics_port: 9700, get_inflight_ttl_ms: 5000}
@@ -258,6 +259,7 @@ owners:
   CHECK(r->masters[1].listen_host == "0.0.0.0");
   CHECK(r->masters[1].port == 7701);
   CHECK(r->master.port == 7700);  // masters[0], for tools that need one
+  CHECK(r->auth.key_file == "/etc/fluxon/h.key");
   auto again = parse_config_text(describe(*r));
   REQUIRE(again.ok());
   CHECK(describe(*again) == describe(*r));
@@ -266,4 +268,25 @@ owners:
   CHECK(err("masters: [{port: 1}]") == "masters: the HA mode needs etcd: {endpoints: [http://host:port]}");
   CHECK(err("etcd: {endpoints: [http://h:1]}\nmasters: [{port: 1, replica_target_roles: [remote_cache], x: 1}]") ==
         "masters[0].x: unknown key");
+}
+
+TEST_CASE("config: without auth every daemon listens on loopback only, and the refusal names the field and the fix") {
+  auto err = [](const std::string& t) {
+    auto r = parse_config_text(t);
+    return r.ok() ? std::string() : r.status().message();
+  };
+  const std::string owner = "owners: [{node_id: 1, contribute_to_cluster_pool_size: {dram: 64MiB}, "
+                            "local_reserve_grant_bytes: 16MiB";
+  CHECK(err("master: {listen_host: 0.0.0.0}\n" + owner + "}]").find("master.listen_host: '0.0.0.0' is not a loopback") !=
+        std::string::npos);
+  CHECK(err(owner + ", listen_host: 10.1.2.3}]").find("owners[0].listen_host: '10.1.2.3'") != std::string::npos);
+  CHECK(err(owner + ", data_host: 10.1.2.3}]").find("owners[0].data_host") != std::string::npos);
+  CHECK(err(owner + ", listen_host: 10.1.2.3}]").find("fluxon keygen") != std::string::npos);
+  // Loopback in every spelling is fine; with auth any address is.
+  CHECK(err(owner + ", listen_host: 127.0.0.2}]").empty());
+  CHECK(err(owner + ", listen_host: localhost}]").empty());
+  CHECK(err("auth: {key_file: k}\nmaster: {listen_host: 0.0.0.0}\n" + owner + ", listen_host: 10.1.2.3}]").empty());
+  // auth: {key_file} is required and alone.
+  CHECK(err("auth: {}").find("auth.key_file: required") != std::string::npos);
+  CHECK(err("auth: {key_file: k, mode: x}").find("auth.mode: unknown key") != std::string::npos);
 }

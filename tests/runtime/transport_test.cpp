@@ -172,3 +172,117 @@ TEST_CASE("data plane request checks: the header's magic, version and range coun
   CHECK(data_ranges_status(wrap.data(), 2, true, UINT64_MAX, &total) == DataStatus::kBadRequest);
   CHECK(total == 0);
 }
+
+// ---- with the cluster key ----------------------------------------------------------------------
+
+namespace {
+AuthKeyPtr fresh_key(const char* tag) {
+  const std::string path = "/tmp/fluxon-dp-key-" + std::string(tag) + "-" + std::to_string(getpid());
+  ::unlink(path.c_str());
+  REQUIRE(write_key_file(path).is_ok());
+  auto k = load_key_file(path);
+  ::unlink(path.c_str());
+  REQUIRE(k.ok());
+  return *k;
+}
+
+int dial(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+bool read_exact(int fd, void* p, size_t n) { return ::recv(fd, p, n, MSG_WAITALL) == ssize_t(n); }
+}  // namespace
+
+TEST_CASE("data plane with the key: granted ranges are served, an ungranted or misgranted range is refused and counted") {
+  auto key = fresh_key("grant");
+  std::vector<uint8_t> seg(1 << 16);
+  for (size_t i = 0; i < seg.size(); ++i) seg[i] = uint8_t(i * 13);
+  auto srv = DataServer::start("127.0.0.1", 0, seg.data(), seg.size(), 42, 64, key);
+  REQUIRE(srv.ok());
+  const uint16_t port = (*srv)->port();
+  TcpFetcher f(2000, DataIdentity{key, 2, 900});
+  const uint64_t exp = wall_ms() + 60000;
+  const Grant g = make_grant(*key, 2, 900, 42, 4096, 4096, exp);
+  std::vector<uint8_t> out(4096);
+  REQUIRE(f.read("127.0.0.1", port, 42, {{4096, 4096, out.data(), g.data()}}).is_ok());
+  CHECK(std::memcmp(out.data(), seg.data() + 4096, 4096) == 0);
+  // The same grant for another range, a grant for another requester, a forged grant: refused.
+  const Grant other = make_grant(*key, 3, 900, 42, 4096, 4096, exp);
+  Grant forged{};
+  CHECK(f.read("127.0.0.1", port, 42, {{8192, 4096, out.data(), g.data()}}).code() == Code::kPermissionDenied);
+  CHECK(f.read("127.0.0.1", port, 42, {{4096, 4096, out.data(), other.data()}}).code() == Code::kPermissionDenied);
+  CHECK(f.read("127.0.0.1", port, 42, {{4096, 4096, out.data(), forged.data()}}).code() == Code::kPermissionDenied);
+  // One bad range refuses the whole request: no byte of the good one is sent.
+  std::vector<uint8_t> two(4096, 0xEE);
+  CHECK(f.read("127.0.0.1", port, 42, {{4096, 4096, two.data(), g.data()}, {0, 16, out.data(), g.data()}}).code() ==
+        Code::kPermissionDenied);
+  CHECK(two[0] == 0xEE);
+  CHECK((*srv)->requests_denied() == 4);
+  CHECK((*srv)->bytes_served() == 4096);
+  // The connection is still good, and so is the grant.
+  REQUIRE(f.read("127.0.0.1", port, 42, {{4096, 4096, out.data(), g.data()}}).is_ok());
+  CHECK(f.connects() == 1);
+  // A range without a grant is not even sent.
+  CHECK(f.read("127.0.0.1", port, 42, {{4096, 4096, out.data()}}).code() == Code::kPermissionDenied);
+}
+
+TEST_CASE("data plane with the key: no key, a wrong key and a replayed handshake are refused, nothing served") {
+  auto key = fresh_key("hs");
+  auto wrong = fresh_key("wrong");
+  std::vector<uint8_t> seg(1 << 16, 7);
+  auto srv = DataServer::start("127.0.0.1", 0, seg.data(), seg.size(), 42, 64, key);
+  REQUIRE(srv.ok());
+  const uint16_t port = (*srv)->port();
+  std::vector<uint8_t> out(4096);
+  const Grant g = make_grant(*key, 2, 900, 42, 0, 4096, wall_ms() + 60000);
+  TcpFetcher none(2000);
+  auto s = none.read("127.0.0.1", port, 42, {{0, 4096, out.data()}});
+  CHECK(s.code() == Code::kPermissionDenied);
+  CHECK(s.message().find("requires the cluster key") != std::string::npos);
+  TcpFetcher bad(2000, DataIdentity{wrong, 2, 900});
+  const Grant wg = make_grant(*wrong, 2, 900, 42, 0, 4096, wall_ms() + 60000);
+  CHECK(bad.read("127.0.0.1", port, 42, {{0, 4096, out.data(), wg.data()}}).code() == Code::kPermissionDenied);
+  // A replay: a valid hello recorded on one connection, sent again on another.
+  struct Challenge { uint32_t magic, version; Nonce nonce; } c1{}, c2{};
+  struct Hello { uint32_t magic, node; uint64_t generation; Nonce nonce; Proof proof; } h{};
+  struct Verdict { uint32_t magic, status; Proof proof; } v{};
+  int a = dial(port);
+  REQUIRE(read_exact(a, &c1, sizeof(c1)));
+  CHECK(c1.magic == kDataAuthMagic);
+  std::string who(12, '\0');
+  const uint32_t node = 2;
+  const uint64_t gen = 900;
+  std::memcpy(who.data(), &node, 4);
+  std::memcpy(who.data() + 4, &gen, 8);
+  h = Hello{kDataAuthMagic, node, gen, random_nonce(), {}};
+  h.proof = client_proof(*key, "data", c1.nonce, h.nonce, who);
+  REQUIRE(::send(a, &h, sizeof(h), 0) == ssize_t(sizeof(h)));
+  REQUIRE(read_exact(a, &v, sizeof(v)));
+  CHECK(v.status == uint32_t(DataStatus::kOk));
+  CHECK(v.proof == server_proof(*key, "data", c1.nonce, h.nonce, who));
+  int b = dial(port);
+  REQUIRE(read_exact(b, &c2, sizeof(c2)));
+  CHECK(c2.nonce != c1.nonce);
+  REQUIRE(::send(b, &h, sizeof(h), 0) == ssize_t(sizeof(h)));
+  REQUIRE(read_exact(b, &v, sizeof(v)));
+  CHECK(v.status == uint32_t(DataStatus::kPermissionDenied));
+  char byte;
+  CHECK(::recv(b, &byte, 1, 0) == 0);  // and the connection is closed
+  ::close(a);
+  ::close(b);
+  for (int i = 0; i < 1000 && (*srv)->handshakes_refused() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK((*srv)->handshakes_refused() == 3);  // no key (its request is no hello), the wrong key, the replay
+  CHECK((*srv)->bytes_served() == 0);
+  // The server lives on: a reader with the key and a grant is served.
+  TcpFetcher good(2000, DataIdentity{key, 2, 900});
+  CHECK(good.read("127.0.0.1", port, 42, {{0, 4096, out.data(), g.data()}}).is_ok());
+}

@@ -46,6 +46,10 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
       const OwnerInfo& so = owners_[src.node_id];
       s->data_host = so.data_host;
       s->data_port = so.data_port;
+      if (grant_signer_) {
+        const std::string g = grant_signer_({req.node_id, req.generation, src.generation, src.offset, r.len});
+        s->grant.assign(g.begin(), g.end());
+      }
     };
     if (req.generation < o.generation) {
       s->status = wire::GetStartStatus::StaleGeneration;

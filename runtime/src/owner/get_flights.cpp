@@ -117,7 +117,7 @@ GetFlights::TransferRound GetFlights::prepare_transfers(Millis now, Outbox& out)
     b.source_generation = f.source_generation;
     b.host = f.host;
     b.port = f.port;
-    b.items.push_back(TransferItem{f.src_offset, f.len, s_.pool.slot_offset(*f.slot)});
+    b.items.push_back(TransferItem{f.src_offset, f.len, s_.pool.slot_offset(*f.slot), f.grant});
     members[k].push_back(fid);
   }
   for (auto& [fid, why] : failed) fail_flight(fid, why, true, now, out);
@@ -287,6 +287,7 @@ GetFlights::JobSettled GetFlights::on_job_reply(uint64_t token, Envelope& reply,
       f.ver = Version{s.origin_node, s.origin_generation, s.origin_put_id};
       f.host = s.data_host;
       f.port = s.data_port;
+      f.grant.assign(s.grant.begin(), s.grant.end());
       f.since = now;
       if (f.len == 0 || slot_size_for(f.len) > s_.cfg.grant_bytes) {
         fail_flight(job.get_ids[i], "value of " + std::to_string(f.len) + " bytes does not fit a local slot", true,

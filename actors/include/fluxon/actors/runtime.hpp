@@ -19,4 +19,8 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id);
 
 Result<std::unique_ptr<OwnerLink>> open_owner_link(const ClusterConfig& cfg, LinkCallbacks cb);
 
+// `fluxon auth check HOST:PORT [--key FILE] [--json]` (auth_check.cpp): what a daemon's control
+// port admits without the key, and with it.
+int run_auth_check(const std::string& address, const std::string& key_file, bool json);
+
 }  // namespace fluxon

@@ -11,6 +11,7 @@
 #include "fluxon/master/master_counters.hpp"
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <string>
@@ -60,6 +61,15 @@ class MasterCore {
     events_.set_epoch(epoch);
   }
   const KvEventLog& kv_events() const { return events_; }
+  // With the cluster key: signs each started get's source range for its requester (the data plane
+  // serves only granted ranges). A port: the daemon's signer holds the key and reads the wall
+  // clock (grants expire by it); none in the simulation.
+  struct GrantRequest {
+    uint32_t requester_node;
+    uint64_t requester_generation, source_generation, offset, len;
+  };
+  using GrantSigner = std::function<std::string(const GrantRequest&)>;
+  void set_grant_signer(GrantSigner s) { grant_signer_ = std::move(s); }
   // (T2 bytes, T1 bytes, victims' bytes) of a node's tiers (tests, gauges).
   struct TierSizes {
     uint64_t t2 = 0, t1 = 0, victims = 0, t2_capacity = 0, t1_capacity = 0;
@@ -246,6 +256,7 @@ class MasterCore {
 
   Millis get_ttl_ms_;
   std::vector<std::string> replica_roles_;
+  GrantSigner grant_signer_;
   struct ReplicaTask {
     std::string key;
     Version ver;

@@ -112,6 +112,7 @@ class GetFlights {
     Version ver;
     std::string host;
     uint16_t port = 0;
+    std::string grant;          // the master's grant to read the source's range (with the key)
     std::optional<SlotRef> slot;
     Millis since = 0;           // Started at (bounds the wait for a slot)
     std::string error;          // Failed: why

@@ -24,6 +24,7 @@ namespace fluxon {
 // control plane is batched per leader batch (G8); the payload is batched per peer too.
 struct TransferItem {
   uint64_t src_offset = 0, len = 0, dst_offset = 0;
+  std::string grant;  // the master's grant for this range (with the cluster key; empty without)
 };
 struct TransferBatch {
   uint64_t id = 0;

@@ -9,7 +9,10 @@
 // oversized entry by closing the channel; an entry's payload is then decoded like any request.
 //
 // Set up over a Unix socket in the abstract namespace (nothing on disk), named per cluster, node
-// and owner generation: the client sends its session, generation and pid; the owner answers with
+// and owner generation: the owner sends a challenge (a nonce); the client sends its session,
+// generation, pid and nonce (with the cluster key, an HMAC proof over both nonces, the session,
+// the generation and its pid, which the owner takes from SO_PEERCRED: a recorded hello is worth
+// nothing on another connection or in another process); the owner answers with its own proof,
 // the mapping's memfd and the eventfd (SCM_RIGHTS). The socket stays open: its end is the client's
 // death, and the owner releases that session's holdings.
 #pragma once
@@ -24,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "fluxon/runtime/auth.hpp"
 #include "fluxon/runtime/status.hpp"
 
 namespace fluxon {
@@ -33,7 +37,7 @@ using Bytes = std::vector<uint8_t>;  // as in fluxon/messages/codec.hpp
 namespace fluxon::channel {
 
 constexpr uint64_t kMagic = 0x314E4843584C46ull;  // "FLXCHN1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kEntryHeader = 16;  // u32 length, u32 kind, u64 id
 constexpr uint32_t kMinRingBytes = 4096;
 constexpr uint32_t kMaxRingBytes = 64u << 20;
@@ -129,10 +133,12 @@ struct ServerOptions {
   uint32_t ring_bytes = 1u << 20;
   uint32_t max_channels = 256;
   uint32_t spin_us = 20;  // the poller spins this long after an entry before it sleeps
+  AuthKeyPtr key;         // the cluster key: hellos must prove it (null: no auth)
 };
 
 struct ServerStats {
   uint64_t opened = 0, closed = 0, open = 0, refused_channels = 0;
+  uint64_t refused_auth = 0;  // of refused_channels: hellos without a valid proof of the key
   uint64_t calls = 0, notes = 0, replies = 0, refused_entries = 0, dropped_replies = 0, wakeups_sent = 0;
 };
 
@@ -169,7 +175,7 @@ class Client {
   // Connects to the owner generation's listener; Closed when nobody listens there (another host,
   // another network namespace, an owner without the channel).
   static Result<std::unique_ptr<Client>> connect(const std::string& name, uint64_t session, uint64_t generation,
-                                                 uint32_t spin_us);
+                                                 uint32_t spin_us, AuthKeyPtr key = nullptr);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -101,8 +101,19 @@ struct EtcdConfig {
   uint32_t poll_ms() const { return std::max<uint32_t>(20, std::min<uint32_t>(lease_ttl_ms / 10, 200)); }
 };
 
+// auth: {key_file: PATH} (runtime/auth.hpp, docs/security.md). Without it every daemon listens on
+// loopback only: validate() refuses another address.
+struct AuthConfig {
+  std::string key_file;
+  bool enabled() const { return !key_file.empty(); }
+};
+
+// Whether `host` names this machine's loopback only (127.0.0.0/8, ::1, localhost).
+bool is_loopback_host(const std::string& host);
+
 struct ClusterConfig {
   std::string cluster_name = "fluxon";
+  AuthConfig auth;
   std::string run_dir;              // pid files and logs of `fluxon cluster`; default /tmp/fluxon-<name>
   // The single-master mode's master; in the HA mode, masters[0] (what tools that need one read).
   MasterConfig master;

@@ -26,7 +26,9 @@ namespace fluxon {
   X(Closed, 7, "The client or the owner connection is closed.")                                        \
   X(Timeout, 8, "No answer in time, or a handle outlived its TTL.")                                     \
   X(MalformedMessage, 9, "A message failed verification and was rejected.")                            \
-  X(Internal, 10, "A broken internal expectation (a bug): the message says which.")
+  X(Internal, 10, "A broken internal expectation (a bug): the message says which.")                    \
+  X(PermissionDenied, 11,                                                                               \
+    "The cluster's key was not proven (auth.key_file): the message names what was refused; nothing was read or written.")
 
 enum class Code : uint8_t {
 #define FLUXON_CODE_ENUM(name, value, doc) k##name = value,
