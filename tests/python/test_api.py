@@ -383,7 +383,7 @@ def test_error_classes_are_made_from_the_one_list_of_codes():
     from fluxon import _fluxon, errors
     names = [n for n, _ in _fluxon.ERROR_CODES]
     assert names == ["InvalidArgument", "KeyConflict", "NoSpace", "LocalReserveTimeout", "KeyNotFound",
-                     "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal"]
+                     "GenerationMismatch", "Closed", "Timeout", "MalformedMessage", "Internal", "PermissionDenied"]
     for n, doc in _fluxon.ERROR_CODES:
         cls = errors.error_class(n)
         assert issubclass(cls, fluxon.Error) and cls.code == n and cls.__doc__ == doc
