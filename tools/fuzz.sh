@@ -34,6 +34,8 @@ for t in "${TARGETS[@]}"; do
   # Inputs that once failed (tests/fuzz/regressions/TARGET) run first in every run.
   REGRESSIONS=()
   [ -d "tests/fuzz/regressions/$t" ] && REGRESSIONS=("$PWD/tests/fuzz/regressions/$t")
+  # Real traffic recorded by tools/record-corpus.sh seeds the corpus too.
+  [ -d "tests/fuzz/corpus/$t" ] && REGRESSIONS+=("$PWD/tests/fuzz/corpus/$t")
   # -rss_limit_mb: the owner target keeps one cluster for the whole run; UBSan and ASan abort on
   # the first report; -timeout: an input that takes seconds is a finding too.
   if ! (cd "$WORK" && UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$OLDPWD/tests/fuzz/ubsan.supp" \

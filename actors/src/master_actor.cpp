@@ -11,6 +11,7 @@
 #include "fluxon/master/master_gate.hpp"
 #include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/metrics.hpp"
+#include "fluxon/runtime/recorder.hpp"
 
 namespace fluxon::actors {
 
@@ -28,6 +29,7 @@ struct MasterState {
   AuthKeyPtr key;                         // the cluster key (null: no auth)
   std::shared_ptr<GateStats> gate_stats;  // the gate in front of this master (daemons)
   std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<TrafficRecorder> recorder;  // FLUXON_RECORD: owners' requests, for the fuzzers' corpus
   uint64_t metrics_refreshes = 0;
   static inline const char* name = "fluxon_master";
 };
@@ -130,6 +132,7 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
   fresh_core(self->state, uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count()));
+  if (metrics) self->state.recorder = TrafficRecorder::from_env("master_request");
   if (metrics && mcfg.metrics_port != 0) {
     try {
       self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);
@@ -140,6 +143,7 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
   self->send(self, tick_atom::value);
   return {
       [=](Blob& req) -> Blob {
+        if (self->state.recorder) self->state.recorder->record(req.bytes.data(), req.bytes.size());
         auto env = decode(req.bytes);
         if (!env.ok()) {
           self->state.core.count_malformed();

@@ -16,6 +16,7 @@
 #include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/channel.hpp"
 #include "fluxon/runtime/metrics.hpp"
+#include "fluxon/runtime/recorder.hpp"
 #include "fluxon/runtime/segment.hpp"
 #include "fluxon/runtime/transport.hpp"
 
@@ -193,6 +194,7 @@ struct OwnerState {
   AuthKeyPtr key;              // the cluster key (null: no auth)
   std::shared_ptr<GateStats> gate_stats;  // the gate in front of this owner (daemons)
   std::string master_refusal;  // the last key handshake failure with the master (logged once)
+  std::unique_ptr<TrafficRecorder> recorder;  // FLUXON_RECORD: clients' requests, for the fuzzers' corpus
   std::unique_ptr<Metrics> metrics;
   int64_t last_metrics = 0;
   uint64_t metrics_refreshes = 0;
@@ -451,6 +453,7 @@ void serve_channel_entry(Self* self, uint64_t ch, channel::Entry& e) {
     if (env.ok()) st.driver->on_client_note(**env, now_ms());
     return;
   }
+  if (st.recorder) st.recorder->record(e.payload.data(), e.payload.size());
   const Status served = st.driver->on_client_bytes(e.payload.data(), e.payload.size(), now_ms(), [&](uint64_t token) {
     st.pending.emplace(token, OwnerState::Waiter{caf::response_promise{}, ch, e.id});
   });
@@ -524,6 +527,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   st.fault_rng.seed(fi.seed);
   st.ports = std::make_unique<ActorPorts>(self);
   st.driver = std::make_unique<OwnerDriver>(*st.core, *st.ports, &st.fault_plan, &st.fault_rng);
+  if (daemon) st.recorder = TrafficRecorder::from_env("owner_request");
   if (daemon) st.channel = start_channel(self, cluster, ocfg, generation);
   if (st.driver->faults().any())
     std::fprintf(stderr,
@@ -558,6 +562,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         Turn t(self);
         auto& st = self->state;
         auto rp = self->make_response_promise();
+        if (st.recorder) st.recorder->record(req.bytes.data(), req.bytes.size());
         const Status served = st.driver->on_client_bytes(req.bytes.data(), req.bytes.size(), now_ms(),
                                                          [&](uint64_t token) {
                                                            st.pending.emplace(token, OwnerState::Waiter{rp, 0, 0});

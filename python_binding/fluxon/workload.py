@@ -402,23 +402,38 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         settle()
         time.sleep(0.001)
     totals["seconds"] = time.perf_counter() - t_start
+    def survive(fn, *args):
+        """A call at the end of the run, after crash chaos perhaps: the owner may have restarted
+        (map its new generation) or be on its way back, the master too (try again)."""
+        end = time.time() + 30
+        while True:
+            try:
+                return fn(*args)
+            except (fluxon.Closed, fluxon.GenerationMismatch, fluxon.Timeout):
+                if time.time() > end:
+                    raise
+                try:
+                    client.wait_local_segments_ready()
+                except fluxon.Error:
+                    time.sleep(0.2)
+
     # Every rank flushes its acknowledgements (stats() does) before anyone reads the owner's state.
-    client.stats()
+    survive(client.stats)
     allgather(0)
-    stats = client.stats()
+    stats = survive(client.stats)
     end = time.time() + 10  # evictions in flight end (S4: committed, restored or obsolete)
     while time.time() < end and (stats.get("pending_eviction_reclaim_bytes") or stats.get("reclaims")):
         time.sleep(0.05)
-        stats = client.stats()
+        stats = survive(client.stats)
     if a.remote_cache:  # replica tasks settle in the background: give them a moment to land
         end = time.time() + 5
-        while time.time() < end and client.master_stats()["replica_tasks_queued"]:
+        while time.time() < end and survive(client.master_stats)["replica_tasks_queued"]:
             time.sleep(0.05)
         time.sleep(0.3)
-    mstats = client.master_stats() if inst == 0 and rank == 0 else {}
+    mstats = survive(client.master_stats) if inst == 0 and rank == 0 else {}
     host_state = {}
     if split:  # what the host pool holds, and how much of it the store does not (single-copy bytes)
-        only = sum(1 for h in host.index if client.exists_prefix([key(h)]).prefix_len == 0)
+        only = sum(1 for h in host.index if survive(client.exists_prefix, [key(h)]).prefix_len == 0)
         host_state = {"pages": len(host.index), "not_in_store": only, "evicted": host.evicted}
     client.close()
     out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round, "host_pool": host_state,
@@ -530,6 +545,11 @@ def main(argv=None):
                     help="run both on the same seeded trace at each --capacity point and print them side by side")
     ap.add_argument("--capacity", default="25,50,75,100",
                     help="--compare: total L2 + L3 capacity points, %% of the trace's working set")
+    ap.add_argument("--chaos", type=int, default=None, metavar="SEED",
+                    help="crash chaos: kill -9 daemons (an owner, the master) and a bystander client at seeded "
+                         "random points while the ranks run, restart each, and check at the end that nothing wrong "
+                         "was read, the owners are back at baseline and the master's routes match their slots")
+    ap.add_argument("--chaos-kills", type=int, default=3, help="--chaos: how many kills")
     ap.add_argument("--hot-share", type=float, default=0.45,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
@@ -777,6 +797,165 @@ def slot_counts(page: str) -> dict:
     return out
 
 
+def bystander_main(conf, seed, counts, pythonpath):
+    """A client beside the ranks that crash chaos kills: it puts batches, reads its own keys back
+    (checking every byte) and holds views while it reads, so that it dies holding things. counts:
+    puts, keys read, bad bytes, reattaches, other errors."""
+    sys.path.insert(0, pythonpath) if pythonpath else None
+    import fluxon
+    rnd = random.Random(seed)
+    size = 16 << 10
+
+    def value(k):
+        return hashlib.sha256(k.encode()).digest() * (size // 32)
+    c = None
+    done = []
+    n = 0
+    while True:
+        try:
+            if c is None:
+                c = fluxon.KvClient(conf)
+            keys = [f"bystander-{seed}-{n}-{j}" for j in range(8)]
+            n += 1
+            p = c.local_fast_put_start(keys, size)
+            for k, ptr in zip(keys, fluxon.plan_pointers(p)):
+                ctypes.memmove(ptr, value(k), size)
+            c.local_fast_put_commit(p).result(20)
+            counts[0] += 1
+            done.append(keys)
+            back = rnd.choice(done[-32:])
+            h, r = c.get_start(back)
+            if r.transferable_len == 0:
+                c.cancel_get_transfer(h)
+                continue
+            plan = c.get_transfer(h)
+            time.sleep(0.02)  # held while "restoring"
+            for k, ptr in zip(back, fluxon.plan_pointers(plan)):
+                counts[1] += 1
+                if ctypes.string_at(ptr, size) != value(k):
+                    counts[2] += 1
+            c.release_views(plan)
+        except (fluxon.Closed, fluxon.GenerationMismatch):
+            counts[3] += 1
+            try:
+                c.wait_local_segments_ready()
+            except fluxon.Error:
+                time.sleep(0.1)
+        except fluxon.Error:
+            counts[4] += 1
+            time.sleep(0.05)
+
+
+class Chaos:
+    """--chaos: kill -9s daemons of the private cluster (restarted by `fluxon cluster up` after a
+    seeded pause) and the bystander client (a fresh one started) at seeded random points."""
+
+    def __init__(self, seed, kills, cluster, names, client_confs, pythonpath, ctx):
+        import threading
+        self.rng = random.Random(seed)
+        self.seed, self.kills = seed, kills
+        self.fb, self.cfg = cluster
+        self.run_dir = self.cfg.parent
+        self.names, self.confs, self.pythonpath, self.ctx = names, client_confs, pythonpath, ctx
+        self.events = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.counts = ctx.Array("q", 5)
+        self.bystander = None
+        self.bystanders = 0
+        self.report = {}
+        self.finished = False
+
+    def start(self):
+        self.t0 = time.time()
+        self._spawn_bystander()
+        self.thread.start()
+
+    def _spawn_bystander(self):
+        conf = self.confs[self.bystanders % len(self.confs)]
+        self.bystander = self.ctx.Process(target=bystander_main, daemon=True,
+                                          args=(conf, self.seed * 1000 + self.bystanders, self.counts, self.pythonpath))
+        self.bystander.start()
+        self.bystanders += 1
+
+    def _up(self):
+        subprocess.run([self.fb, "cluster", "up", str(self.cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _run(self):
+        import signal
+        for _ in range(self.kills):
+            if self.stop.wait(self.rng.uniform(0.5, 1.5)):
+                return
+            victim = self.rng.choice(self.names + ["client"])
+            at = round(time.time() - self.t0, 2)
+            if victim == "client":
+                self.bystander.kill()
+                self.bystander.join()
+                self._spawn_bystander()
+                self.events.append({"at_s": at, "victim": "client", "down_s": 0})
+                continue
+            try:
+                os.kill(int((self.run_dir / f"{victim}.pid").read_text()), signal.SIGKILL)
+            except (OSError, ValueError) as e:
+                self.events.append({"at_s": at, "victim": victim, "error": str(e)})
+                continue
+            down = self.rng.uniform(0.5, 2.0)
+            time.sleep(down)
+            self._up()
+            self.events.append({"at_s": at, "victim": victim, "down_s": round(down, 2)})
+
+    def finish(self):
+        """Stops killing; the last bystander dies by kill -9 too; every daemon is up again."""
+        if self.finished:
+            return
+        self.finished = True
+        self.stop.set()
+        self.thread.join()
+        if self.bystander is not None:
+            self.bystander.kill()
+            self.bystander.join()
+        self._up()
+
+
+def _page(port: int, timeout: float = 5.0) -> str:
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+        return r.read().decode()
+
+
+def _sample(page: str, name: str) -> float:
+    for line in page.splitlines():
+        if line.split(" ")[0] == name:
+            return float(line.split()[-1])
+    return -1.0
+
+
+def chaos_check(metrics_ports, master_port, chaos) -> dict:
+    """After the chaos: every owner back at baseline (nothing held, pending or prepared: the killed
+    clients' sessions ended) and the master's replicas equal to the owners' committed slots (no
+    route of a live owner lost, none left for a slot that is gone). Waits up to 30 s for both."""
+    end = time.time() + 30
+    while True:
+        pages = [owner_page(port, timeout=10.0) for _, port in metrics_ports]
+        slots = [slot_counts(pg) for pg in pages]
+        holders = [int(_sample(pg, "fluxon_owner_holders")) for pg in pages]
+        inflight = [s.get("pending", 0) + s.get("pending_local_visible", 0) + s.get("prepared", 0) for s in slots]
+        committed = sum(s.get("committed", 0) for s in slots)
+        replicas = int(_sample(_page(master_port), "fluxon_master_replicas"))
+        baseline = not any(holders) and not any(inflight)
+        match = replicas == committed
+        if (baseline and match) or time.time() > end:
+            break
+        time.sleep(0.5)
+    c = list(chaos.counts)
+    return {"seed": chaos.seed, "events": chaos.events, "baseline": baseline, "holders": holders,
+            "inflight_slots": inflight, "routes_match": match, "master_replicas": replicas,
+            "owners_committed_slots": committed,
+            "bystander": {"clients": chaos.bystanders, "puts": c[0], "keys_read": c[1], "bad_bytes": c[2],
+                          "reattached": c[3], "other_errors": c[4]},
+            "bystander_ok": c[2] == 0 and c[0] > 0}
+
+
 def run_once(a):
     """One run: the private cluster (or --config's), the rank processes, their results added up."""
     if a.replica_policy is None:
@@ -807,7 +986,9 @@ def run_once(a):
         order = f", eviction_order: {a.eviction_order}" if a.eviction_order and not split else ""
         if order and a.eviction_order == "prefix_depth" and a.eviction_stale_turnover:
             order += f", eviction_stale_turnover: {a.eviction_stale_turnover}"
-        text = f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}}}\nowners:\n"
+        master_metrics = free_port() if a.chaos is not None else 0
+        text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: {master_metrics}}}"
+                f"\nowners:\n")
         for i, op in enumerate(oports):
             hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
             if a.hot_writeback and a.writeback_demote:
@@ -836,7 +1017,11 @@ def run_once(a):
         cluster = (fb, cfg)
         client_confs = [{"client": {"owner_address": f"127.0.0.1:{oports[0 if split else i]}"}}
                         for i in range(a.instances)]
+    if a.chaos is not None and (not cluster or split):
+        raise SystemExit("workload: --chaos needs the private cluster of the unified mode (--instances 2 or "
+                         "--remote-cache 1, no --config)")
     owners = []
+    chaos = None
     try:
         ctx = mp.get_context("spawn")
         round_barrier = ctx.Barrier(a.tp * a.instances)
@@ -849,6 +1034,10 @@ def run_once(a):
                                                           round_barrier, q)) for r in range(a.tp)]
         for p in procs:
             p.start()
+        if a.chaos is not None:
+            names = ["master"] + [f"owner-{i + 1}" for i in range(len(oports) + a.remote_cache)]
+            chaos = Chaos(a.chaos, a.chaos_kills, cluster, names, client_confs, a.pythonpath, ctx)
+            chaos.start()
         results = []
         import queue as _queue
         while len(results) < len(procs):
@@ -863,8 +1052,13 @@ def run_once(a):
         results.sort(key=lambda x: (x["instance"], x["rank"]))
         for p in procs:
             p.join()
+        if chaos:
+            chaos.finish()
+            chaos.report = chaos_check(metrics_ports, master_metrics, chaos)
         owners = owner_slots(metrics_ports)
     finally:
+        if chaos:
+            chaos.finish()  # (again, when a rank failed: the bystander goes before the cluster)
         if cluster:
             subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
             # The private cluster's run_dir goes with it; a failed run keeps its logs and says where.
@@ -894,8 +1088,15 @@ def run_once(a):
     bad = sum(r["totals"]["verify_failures"] for r in results)
     report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results,
               "totals": r0["totals"], "rounds": r0["rounds"], "master": r0["master_stats"], "owners": owners}
+    ok = reconciled and bad == 0
+    if chaos:
+        report["chaos"] = chaos.report
+        ok = ok and chaos.report["baseline"] and chaos.report["routes_match"] and chaos.report["bystander_ok"]
+        # S4's reconciliation holds per owner generation: a restarted owner's counters start again.
+        if any(e["victim"].startswith("owner-") for e in chaos.report["events"]):
+            ok = bad == 0 and chaos.report["baseline"] and chaos.report["routes_match"] and chaos.report["bystander_ok"]
     return {"report": report, "r0": r0, "results": results, "owners": owners, "reconciled": reconciled,
-            "verify_failures": bad, "ok": reconciled and bad == 0}
+            "verify_failures": bad, "ok": ok}
 
 
 def print_report(a, run):
@@ -958,6 +1159,16 @@ def print_report(a, run):
           f" fences left {ms.get('reclaim_fences', 0)}")
     print(f"  restored pages verified byte for byte: {'all ok' if bad == 0 else f'{bad} FAILED'}; "
           f"TP mismatch retries {mism}; gate rejections {[r['counters']['gate_rejected'] for r in results]}")
+    ch = run["report"].get("chaos")
+    if ch:
+        by = ch["bystander"]
+        print(f"  crash chaos (seed {ch['seed']}): " + ", ".join(
+            f"{e['victim']} at {e['at_s']} s" + (f" (down {e['down_s']} s)" if e.get("down_s") else "")
+            for e in ch["events"]) + f"; ranks lost their owner {sum(r['counters']['owner_lost'] for r in results)}"
+              f" times, reattached {sum(r['counters']['reattached'] for r in results)}; bystander clients "
+              f"{by['clients']} ({by['puts']} puts, {by['keys_read']} keys read, {by['bad_bytes']} bad); owners at "
+              f"baseline: {'yes' if ch['baseline'] else 'NO'}; master replicas {ch['master_replicas']} = owners' "
+              f"committed slots {ch['owners_committed_slots']}: {'yes' if ch['routes_match'] else 'NO'}")
 
 if __name__ == "__main__":
     sys.exit(main())

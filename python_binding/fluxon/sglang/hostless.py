@@ -63,10 +63,31 @@ class HostlessBackend:
         self._lock = threading.Lock()
         self.counters = {"backup_started": 0, "backup_write_failed": 0, "backup_conflict": 0, "backup_backed": 0,
                          "backup_failed": 0, "tp_mismatch_retry": 0, "tp_mismatch_miss": 0, "gate_rejected": 0,
-                         "restore_failed": 0, "restored_pages": 0, "backup_stored_elsewhere": 0}
+                         "restore_failed": 0, "restored_pages": 0, "backup_stored_elsewhere": 0,
+                         "owner_lost": 0, "reattached": 0}
         if register_with_cuda:
             # Failure-table row: registration failure is synchronous, never a silent fallback.
             client.register_segments_with_cuda()
+
+    # -- the owner's death and restart --------------------------------------------------------
+    def _owner_lost(self) -> None:
+        """A call found the owner gone (Closed) or restarted (GenerationMismatch): the call fails
+        closed (a backup not made, a restore that misses), and the client maps the owner's new
+        generation now if it is back; if not, the next call that fails tries again."""
+        self.counters["owner_lost"] += 1
+        try:
+            self.client.wait_local_segments_ready()
+            self.counters["reattached"] += 1
+        except fluxon.Error:
+            pass
+
+    def _quietly(self, fn, *args) -> None:
+        """A cleanup call (abort, cancel, release) of something the owner may have forgotten with
+        its restart: nothing of it is left to clean there."""
+        try:
+            fn(*args)
+        except (fluxon.Closed, fluxon.GenerationMismatch, fluxon.InvalidArgument):
+            pass
 
     # -- backup -------------------------------------------------------------------------------
     def backup_node(self, node: NodeStorage, value_len: int, write_values: Callable[[int], None],
@@ -113,6 +134,13 @@ class HostlessBackend:
             self.counters["backup_started"] += len(batch)
             try:
                 plan = self.client.local_fast_put_start(keys, value_len, opts)
+            except (fluxon.Closed, fluxon.GenerationMismatch):
+                for i, n in zip(waiting, batch):
+                    n.storage_staged = False
+                    done[i] = False
+                self.counters["backup_failed"] += len(batch)
+                self._owner_lost()
+                return [bool(d) for d in done]
             except fluxon.KeyConflict as e:
                 at = {keys[i]: r for i, r in zip(e.indices, e.reasons)}
                 left = []
@@ -134,14 +162,22 @@ class HostlessBackend:
                 write_values(plan, batch)
             except BaseException as exc:
                 # Failure-table row: native write failed after put_start -> put_abort.
-                self.client.put_abort(plan)
+                self._quietly(self.client.put_abort, plan)
                 for i, n in zip(waiting, batch):
                     n.storage_staged = False
                     n.error = exc
                     done[i] = False
                 self.counters["backup_write_failed"] += len(batch)
                 return [bool(d) for d in done]
-            future = self.client.local_fast_put_commit(plan)
+            try:
+                future = self.client.local_fast_put_commit(plan)
+            except (fluxon.Closed, fluxon.GenerationMismatch):
+                for i, n in zip(waiting, batch):
+                    n.storage_staged = False
+                    done[i] = False
+                self.counters["backup_failed"] += len(batch)
+                self._owner_lost()
+                return [bool(d) for d in done]
             for i, n in zip(waiting, batch):
                 n.future = future
                 n.storage_local_ready = n.storage_pending = True
@@ -191,12 +227,18 @@ class HostlessBackend:
     def start_restore(self, keys: List[str], group_lens: Optional[Sequence[int]] = None) -> RestoreResult:
         """Collective: every rank of the TP group calls it for the same logical request."""
         groups = list(group_lens) if group_lens is not None else [1] * len(keys)
-        handle, r = self.client.get_start(keys, True, groups)
+        try:
+            handle, r = self.client.get_start(keys, True, groups)
+        except (fluxon.Closed, fluxon.GenerationMismatch):
+            # Every rank still takes part in the collectives: this one restores nothing.
+            self._owner_lost()
+            self.allgather(0)
+            return RestoreResult(0, None, "owner_lost")
         lens = self.allgather(r.transferable_len)
         n = min(lens)
         if any(x != n for x in lens):
             # Ranks disagree: retry once with the common complete-group prefix.
-            self.client.cancel_get_transfer(handle)
+            self._quietly(self.client.cancel_get_transfer, handle)
             n = self._aligned(n, groups)
             self.counters["tp_mismatch_retry"] += 1
             if n == 0:
@@ -208,29 +250,33 @@ class HostlessBackend:
                     break
                 prefix_groups.append(g)
                 edge += g
-            handle, r = self.client.get_start(keys[:n], True, prefix_groups)
+            try:
+                handle, r = self.client.get_start(keys[:n], True, prefix_groups)
+            except (fluxon.Closed, fluxon.GenerationMismatch):
+                self._owner_lost()
+                self.allgather(-1)
+                return RestoreResult(0, None, "owner_lost")
             lens2 = self.allgather(r.transferable_len)
             if any(x != n for x in lens2):
-                self.client.cancel_get_transfer(handle)
+                self._quietly(self.client.cancel_get_transfer, handle)
                 self.counters["tp_mismatch_miss"] += 1
                 return RestoreResult(0, None, "tp_mismatch")
         if n == 0:
-            self.client.cancel_get_transfer(handle)
+            self._quietly(self.client.cancel_get_transfer, handle)
             return RestoreResult(0, None, "miss")
         plan = None
         try:
             plan = self.client.get_transfer(handle, consume_prefix_len=n)
-        except fluxon.Error:
+        except fluxon.Error as e:
             plan = None
-            try:
-                self.client.cancel_get_transfer(handle)  # unless the failure consumed it already
-            except fluxon.InvalidArgument:
-                pass
+            self._quietly(self.client.cancel_get_transfer, handle)  # unless the failure consumed it already
+            if isinstance(e, (fluxon.Closed, fluxon.GenerationMismatch)):
+                self._owner_lost()
         # TP commit gate: no rank restores unless every rank holds its plan.
         gate = self.allgather(plan is not None)
         if not all(gate):
             if plan is not None:
-                self.client.release_views(plan)
+                self._quietly(self.client.release_views, plan)
             self.counters["gate_rejected"] += 1
             return RestoreResult(0, None, "gate_rejected")
         src = r.sources[:n] if len(r.sources) >= n else b""
@@ -246,12 +292,12 @@ class HostlessBackend:
             restore_values(result.plan_ptr)
         except BaseException:
             # Failure-table row: release_views first, then SGLang's rollback (the handle is consumed).
-            self.client.release_views(result.plan_ptr)
+            self._quietly(self.client.release_views, result.plan_ptr)
             self.counters["restore_failed"] += 1
             if rollback:
                 rollback()
             return False
-        self.client.release_views(result.plan_ptr)
+        self._quietly(self.client.release_views, result.plan_ptr)
         self.counters["restored_pages"] += result.restored_pages
         return True
 
