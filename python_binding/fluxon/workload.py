@@ -550,6 +550,13 @@ def main(argv=None):
                          "random points while the ranks run, restart each, and check at the end that nothing wrong "
                          "was read, the owners are back at baseline and the master's routes match their slots")
     ap.add_argument("--chaos-kills", type=int, default=3, help="--chaos: how many kills")
+    ap.add_argument("--chaos-victims", default="master,owner,client",
+                    help="--chaos: what may be killed, of master (the leader with --masters), owner, client")
+    ap.add_argument("--masters", type=int, default=1,
+                    help="the private cluster's masters: 2 or more run the HA mode (a private etcd, an election); "
+                         "with --chaos a master kill is the leader's, and each is timed to the first remote get "
+                         "through the new leader")
+    ap.add_argument("--lease-ms", type=int, default=1000, help="--masters: the leader's etcd lease (whole seconds)")
     ap.add_argument("--hot-share", type=float, default=0.45,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
@@ -848,9 +855,11 @@ def bystander_main(conf, seed, counts, pythonpath):
 
 class Chaos:
     """--chaos: kill -9s daemons of the private cluster (restarted by `fluxon cluster up` after a
-    seeded pause) and the bystander client (a fresh one started) at seeded random points."""
+    seeded pause) and the bystander client (a fresh one started) at seeded random points. In the HA
+    mode (ha_metrics: the masters' /metrics ports) a master kill is the leader's, timed: from the
+    kill to the first remote get through the new leader of keys published through the old one."""
 
-    def __init__(self, seed, kills, cluster, names, client_confs, pythonpath, ctx):
+    def __init__(self, seed, kills, cluster, names, client_confs, pythonpath, ctx, ha_metrics=None):
         import threading
         self.rng = random.Random(seed)
         self.seed, self.kills = seed, kills
@@ -865,6 +874,8 @@ class Chaos:
         self.bystanders = 0
         self.report = {}
         self.finished = False
+        self.ha_metrics = ha_metrics
+        self.probe = None  # (writer, reader): clients of instance 0's and instance 1's owners
 
     def start(self):
         self.t0 = time.time()
@@ -881,12 +892,55 @@ class Chaos:
     def _up(self):
         subprocess.run([self.fb, "cluster", "up", str(self.cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    def _leader(self):
+        """The index of the master whose /metrics says it leads (None: none now)."""
+        for i, port in enumerate(self.ha_metrics):
+            try:
+                if _sample(_page(port, timeout=2.0), "fluxon_master_leader") == 1:
+                    return i
+            except OSError:
+                pass
+        return None
+
+    def _probe_keys(self, k):
+        """Keys put through instance 0's owner and published (through the leader about to die)."""
+        import fluxon
+        if self.probe is None:
+            self.probe = (fluxon.KvClient(self.confs[0]), fluxon.KvClient(self.confs[1]))
+        w = self.probe[0]
+        keys = [f"failover-{self.seed}-{k}-{i}" for i in range(4)]
+        p = w.local_fast_put_start(keys, 4096)
+        for key, ptr in zip(keys, fluxon.plan_pointers(p)):
+            ctypes.memmove(ptr, hashlib.sha256(key.encode()).digest() * 128, 4096)
+        w.local_fast_put_commit(p).result(20)
+        return keys
+
+    def _first_remote_get_ms(self, keys, t0):
+        """Reads `keys` through instance 1's owner until they come (remote: the new leader routes
+        them); ms since t0, the bytes checked. None after 30 s."""
+        import fluxon
+        r = self.probe[1]
+        while time.time() - t0 < 30:
+            h, res = r.get_start(keys)
+            if res.transferable_len == len(keys):
+                plan = r.get_transfer(h)
+                t = (time.time() - t0) * 1000
+                ok = all(ctypes.string_at(ptr, 4096) == hashlib.sha256(k.encode()).digest() * 128
+                         for k, ptr in zip(keys, fluxon.plan_pointers(plan)))
+                r.release_views(plan)
+                if not ok:
+                    self.counts[2] += 1
+                return round(t)
+            r.cancel_get_transfer(h)
+            time.sleep(0.01)
+        return None
+
     def _run(self):
         import signal
-        for _ in range(self.kills):
+        for k in range(self.kills):
             if self.stop.wait(self.rng.uniform(0.5, 1.5)):
                 return
-            victim = self.rng.choice(self.names + ["client"])
+            victim = self.rng.choice(self.names)
             at = round(time.time() - self.t0, 2)
             if victim == "client":
                 self.bystander.kill()
@@ -894,15 +948,37 @@ class Chaos:
                 self._spawn_bystander()
                 self.events.append({"at_s": at, "victim": "client", "down_s": 0})
                 continue
+            down = self.rng.uniform(0.5, 2.0)
+            timed = victim == "master" and self.ha_metrics is not None and len(self.confs) > 1
+            keys = None
+            if timed:
+                lead = self._leader()
+                if lead is None:
+                    self.events.append({"at_s": at, "victim": "leader", "error": "no leader to kill"})
+                    continue
+                victim = f"master-{lead}"
+                try:
+                    keys = self._probe_keys(k)
+                except Exception as e:  # noqa: BLE001 - reported as the event's error
+                    self.events.append({"at_s": at, "victim": victim, "error": f"probe put: {e}"})
+                    continue
+            t0 = time.time()
             try:
                 os.kill(int((self.run_dir / f"{victim}.pid").read_text()), signal.SIGKILL)
             except (OSError, ValueError) as e:
                 self.events.append({"at_s": at, "victim": victim, "error": str(e)})
                 continue
-            down = self.rng.uniform(0.5, 2.0)
-            time.sleep(down)
+            event = {"at_s": at, "victim": victim, "down_s": round(down, 2)}
+            if timed:
+                try:
+                    event["first_remote_get_ms"] = self._first_remote_get_ms(keys, t0)
+                except Exception as e:  # noqa: BLE001
+                    event["error"] = f"probe get: {e}"
+            time.sleep(max(0.0, down - (time.time() - t0)))
             self._up()
-            self.events.append({"at_s": at, "victim": victim, "down_s": round(down, 2)})
+            if timed:  # back as a standby before the next kill
+                time.sleep(1.0)
+            self.events.append(event)
 
     def finish(self):
         """Stops killing; the last bystander dies by kill -9 too; every daemon is up again."""
@@ -914,6 +990,9 @@ class Chaos:
         if self.bystander is not None:
             self.bystander.kill()
             self.bystander.join()
+        if self.probe:
+            for c in self.probe:
+                c.close()
         self._up()
 
 
@@ -932,23 +1011,37 @@ def _sample(page: str, name: str) -> float:
 
 def chaos_check(metrics_ports, master_port, chaos) -> dict:
     """After the chaos: every owner back at baseline (nothing held, pending or prepared: the killed
-    clients' sessions ended) and the master's replicas equal to the owners' committed slots (no
-    route of a live owner lost, none left for a slot that is gone). Waits up to 30 s for both."""
+    clients' sessions ended; no publish job, write-back, reclaim or reclaim byte still in flight: each
+    completed or was retried to its end under the master that came back) and the master's replicas
+    equal to the owners' committed slots (no route of a live owner lost, none left for a slot that is
+    gone), the master with no reclaim or fence left. Waits up to 30 s for all of it."""
     end = time.time() + 30
     while True:
         pages = [owner_page(port, timeout=10.0) for _, port in metrics_ports]
         slots = [slot_counts(pg) for pg in pages]
         holders = [int(_sample(pg, "fluxon_owner_holders")) for pg in pages]
         inflight = [s.get("pending", 0) + s.get("pending_local_visible", 0) + s.get("prepared", 0) for s in slots]
+        jobs = {name: [int(_sample(pg, f"fluxon_owner_{name}")) for pg in pages]
+                for name in ("publish_jobs", "writeback_jobs", "reclaims", "pending_eviction_reclaim_bytes")}
         committed = sum(s.get("committed", 0) for s in slots)
-        replicas = int(_sample(_page(master_port), "fluxon_master_replicas"))
-        baseline = not any(holders) and not any(inflight)
+        lead = chaos._leader() if chaos.ha_metrics else 0
+        mpage = _page(master_port[lead]) if lead is not None else ""
+        replicas = int(_sample(mpage, "fluxon_master_replicas")) if lead is not None else -1
+        master_left = {name: int(_sample(mpage, f"fluxon_master_{name}")) for name in ("reclaims", "reclaim_fences")}
+        baseline = not any(holders) and not any(inflight) and not any(x for v in jobs.values() for x in v) and \
+            not any(master_left.values())
         match = replicas == committed
         if (baseline and match) or time.time() > end:
             break
         time.sleep(0.5)
     c = list(chaos.counts)
+    took = sorted(e["first_remote_get_ms"] for e in chaos.events if e.get("first_remote_get_ms") is not None)
+    failover = {"kills": sum(1 for e in chaos.events if "first_remote_get_ms" in e), "ms": took}
+    if took:
+        import statistics
+        failover.update(median_ms=statistics.median(took), min_ms=took[0], max_ms=took[-1])
     return {"seed": chaos.seed, "events": chaos.events, "baseline": baseline, "holders": holders,
+            "failover": failover, "owner_jobs": jobs, "master_left": master_left,
             "inflight_slots": inflight, "routes_match": match, "master_replicas": replicas,
             "owners_committed_slots": committed,
             "bystander": {"clients": chaos.bystanders, "puts": c[0], "keys_read": c[1], "bad_bytes": c[2],
@@ -986,9 +1079,15 @@ def run_once(a):
         order = f", eviction_order: {a.eviction_order}" if a.eviction_order and not split else ""
         if order and a.eviction_order == "prefix_depth" and a.eviction_stale_turnover:
             order += f", eviction_stale_turnover: {a.eviction_stale_turnover}"
-        master_metrics = free_port() if a.chaos is not None else 0
-        text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: {master_metrics}}}"
-                f"\nowners:\n")
+        if a.masters > 1:  # the HA mode: a private etcd (started by `cluster up`), masters campaigning
+            master_metrics = [free_port() for _ in range(a.masters)]
+            text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\netcd: {{endpoints: [http://127.0.0.1:{free_port()}], "
+                    f"lease_ttl_ms: {a.lease_ms}}}\nmasters:\n"
+                    + "".join(f"  - {{port: {free_port()}, metrics_port: {m}}}\n" for m in master_metrics) + "owners:\n")
+        else:
+            master_metrics = [free_port() if a.chaos is not None else 0]
+            text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: "
+                    f"{master_metrics[0]}}}\nowners:\n")
         for i, op in enumerate(oports):
             hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
             if a.hot_writeback and a.writeback_demote:
@@ -1035,8 +1134,14 @@ def run_once(a):
         for p in procs:
             p.start()
         if a.chaos is not None:
-            names = ["master"] + [f"owner-{i + 1}" for i in range(len(oports) + a.remote_cache)]
-            chaos = Chaos(a.chaos, a.chaos_kills, cluster, names, client_confs, a.pythonpath, ctx)
+            victims = set(a.chaos_victims.split(","))
+            if not victims or not victims <= {"master", "owner", "client"}:
+                raise SystemExit("workload: --chaos-victims: a comma list of master, owner, client")
+            names = (["master"] if "master" in victims else []) + \
+                ([f"owner-{i + 1}" for i in range(len(oports) + a.remote_cache)] if "owner" in victims else []) + \
+                (["client"] if "client" in victims else [])
+            chaos = Chaos(a.chaos, a.chaos_kills, cluster, names, client_confs, a.pythonpath, ctx,
+                          master_metrics if a.masters > 1 else None)
             chaos.start()
         results = []
         import queue as _queue
@@ -1169,6 +1274,10 @@ def print_report(a, run):
               f"{by['clients']} ({by['puts']} puts, {by['keys_read']} keys read, {by['bad_bytes']} bad); owners at "
               f"baseline: {'yes' if ch['baseline'] else 'NO'}; master replicas {ch['master_replicas']} = owners' "
               f"committed slots {ch['owners_committed_slots']}: {'yes' if ch['routes_match'] else 'NO'}")
+        fo = ch["failover"]
+        if fo["kills"]:
+            print(f"  failover: {fo['kills']} leader kills; first remote get through the new leader after "
+                  f"{fo['ms']} ms" + (f" (median {fo['median_ms']:.0f} ms)" if fo["ms"] else ""))
 
 if __name__ == "__main__":
     sys.exit(main())
