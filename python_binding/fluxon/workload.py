@@ -472,6 +472,21 @@ def _double(size: str) -> str:
 
 
 def free_port():
+    """A free port for a private daemon, below the kernel's ephemeral range: a killed daemon's port
+    (crash chaos) must not be taken by some client's outgoing connection before it restarts."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rnd = random.Random()
+    for _ in range(200):
+        port = rnd.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -890,7 +905,10 @@ class Chaos:
         self.bystanders += 1
 
     def _up(self):
-        subprocess.run([self.fb, "cluster", "up", str(self.cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        """Every daemon up again; why not, if one did not come up (the event says so)."""
+        r = subprocess.run([self.fb, "cluster", "up", str(self.cfg)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+        return None if r.returncode == 0 else (r.stderr.strip() or f"cluster up exited {r.returncode}")
 
     def _leader(self):
         """The index of the master whose /metrics says it leads (None: none now)."""
@@ -975,7 +993,9 @@ class Chaos:
                 except Exception as e:  # noqa: BLE001
                     event["error"] = f"probe get: {e}"
             time.sleep(max(0.0, down - (time.time() - t0)))
-            self._up()
+            failed = self._up()
+            if failed:
+                event["error"] = f"restart: {failed}"
             if timed:  # back as a standby before the next kill
                 time.sleep(1.0)
             self.events.append(event)
