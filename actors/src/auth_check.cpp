@@ -93,7 +93,7 @@ int run_auth_check(const std::string& address, const std::string& key_file, bool
     else a = "accepted";
     out.emplace_back("key_proof", a);
     // The same proof again, on a fresh challenge.
-    auto again = ask(auth_atom::value);
+    (void)ask(auth_atom::value);  // a fresh challenge for this node
     auto replay = ask(auth_atom::value, nb, pb);
     out.emplace_back("replayed_proof", !replay.ok() ? "error: " + replay.status().message()
                                                     : replay->empty() ? "refused" : "accepted");

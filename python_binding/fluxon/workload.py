@@ -1215,11 +1215,10 @@ def run_once(a):
               "totals": r0["totals"], "rounds": r0["rounds"], "master": r0["master_stats"], "owners": owners}
     ok = reconciled and bad == 0
     if chaos:
-        report["chaos"] = chaos.report
-        ok = ok and chaos.report["baseline"] and chaos.report["routes_match"] and chaos.report["bystander_ok"]
+        ch = report["chaos"] = chaos.report
         # S4's reconciliation holds per owner generation: a restarted owner's counters start again.
-        if any(e["victim"].startswith("owner-") for e in chaos.report["events"]):
-            ok = bad == 0 and chaos.report["baseline"] and chaos.report["routes_match"] and chaos.report["bystander_ok"]
+        restarted = any(e["victim"].startswith("owner-") for e in ch["events"])
+        ok = (reconciled or restarted) and bad == 0 and ch["baseline"] and ch["routes_match"] and ch["bystander_ok"]
     return {"report": report, "r0": r0, "results": results, "owners": owners, "reconciled": reconciled,
             "verify_failures": bad, "ok": ok}
 

@@ -137,14 +137,17 @@ bool recv_all(int fd, void* p, size_t n) {
   return true;
 }
 
+// Send and receive timeouts; 0: none (a server's connection waits for its peer's next request).
+void set_timeouts(int fd, uint32_t timeout_ms) {
+  timeval tv{time_t(timeout_ms / 1000), suseconds_t((timeout_ms % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
 void tune(int fd, uint32_t timeout_ms) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (timeout_ms) {
-    timeval tv{time_t(timeout_ms / 1000), suseconds_t((timeout_ms % 1000) * 1000)};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  }
+  if (timeout_ms) set_timeouts(fd, timeout_ms);
 }
 
 Result<sockaddr_in> resolve(const std::string& host, uint16_t port) {
@@ -238,7 +241,7 @@ void DataServer::accept_loop() {
 
 bool DataServer::handshake(int fd, uint32_t* node, uint64_t* generation) {
   // A silent or slow peer does not hold a connection thread: 5 s for its hello.
-  tune(fd, 5000);
+  set_timeouts(fd, 5000);
   const AuthChallenge ch{kDataAuthMagic, 1, random_nonce()};
   AuthHello hello{};
   if (!send_all(fd, &ch, sizeof(ch)) || !recv_all(fd, &hello, sizeof(hello))) {
@@ -256,7 +259,7 @@ bool DataServer::handshake(int fd, uint32_t* node, uint64_t* generation) {
   }
   v.proof = server_proof(*key_, kDataChannel, ch.nonce, hello.nonce, who);
   if (!send_all(fd, &v, sizeof(v))) return false;
-  tune(fd, 0);
+  set_timeouts(fd, 0);  // proven: the connection may idle between requests, as an unkeyed one does
   *node = hello.node;
   *generation = hello.generation;
   return true;

@@ -1,7 +1,6 @@
 """Fixtures: the built `fluxon` package and binary, and real daemon clusters on loopback."""
 
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -41,24 +40,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def free_port() -> int:
-    """A free port below the kernel's ephemeral range: a daemon a test kills and restarts on its
-    port must not find it taken by some client's outgoing connection meanwhile."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rnd = random.Random()
-    for _ in range(200):
-        port = rnd.randrange(max(1024, low - 12000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (the workload's choice): a daemon a test
+    kills and restarts on its port must not find it taken by a client's outgoing connection."""
+    from fluxon.workload import free_port as below_ephemeral
+    return below_ephemeral()
 
 
 def wait_port(port: int, proc=None, timeout=15.0) -> None:

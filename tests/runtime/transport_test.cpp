@@ -234,6 +234,21 @@ TEST_CASE("data plane with the key: granted ranges are served, an ungranted or m
   CHECK(f.read("127.0.0.1", port, 42, {{4096, 4096, out.data()}}).code() == Code::kPermissionDenied);
 }
 
+TEST_CASE("data plane with the key: a proven connection may idle past the handshake's 5 s and is still served") {
+  auto key = fresh_key("idle");
+  std::vector<uint8_t> seg(1 << 16, 5);
+  auto srv = DataServer::start("127.0.0.1", 0, seg.data(), seg.size(), 42, 64, key);
+  REQUIRE(srv.ok());
+  TcpFetcher f(2000, DataIdentity{key, 2, 900});
+  const Grant g = make_grant(*key, 2, 900, 42, 0, 4096, wall_ms() + 60000);
+  std::vector<uint8_t> out(4096);
+  REQUIRE(f.read("127.0.0.1", (*srv)->port(), 42, {{0, 4096, out.data(), g.data()}}).is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));
+  REQUIRE(f.read("127.0.0.1", (*srv)->port(), 42, {{0, 4096, out.data(), g.data()}}).is_ok());
+  CHECK(f.connects() == 1);  // the pooled connection was kept, not dropped and proven again
+  CHECK((*srv)->requests_served() >= 1);
+}
+
 TEST_CASE("data plane with the key: no key, a wrong key and a replayed handshake are refused, nothing served") {
   auto key = fresh_key("hs");
   auto wrong = fresh_key("wrong");

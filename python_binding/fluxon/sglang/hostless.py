@@ -81,6 +81,15 @@ class HostlessBackend:
         except fluxon.Error:
             pass
 
+    def _lost_batch(self, waiting, batch, done) -> List[bool]:
+        """A backup batch the owner's death or restart cut short: none of it is backed."""
+        for i, n in zip(waiting, batch):
+            n.storage_staged = False
+            done[i] = False
+        self.counters["backup_failed"] += len(batch)
+        self._owner_lost()
+        return [bool(d) for d in done]
+
     def _quietly(self, fn, *args) -> None:
         """A cleanup call (abort, cancel, release) of something the owner may have forgotten with
         its restart: nothing of it is left to clean there."""
@@ -135,12 +144,7 @@ class HostlessBackend:
             try:
                 plan = self.client.local_fast_put_start(keys, value_len, opts)
             except (fluxon.Closed, fluxon.GenerationMismatch):
-                for i, n in zip(waiting, batch):
-                    n.storage_staged = False
-                    done[i] = False
-                self.counters["backup_failed"] += len(batch)
-                self._owner_lost()
-                return [bool(d) for d in done]
+                return self._lost_batch(waiting, batch, done)
             except fluxon.KeyConflict as e:
                 at = {keys[i]: r for i, r in zip(e.indices, e.reasons)}
                 left = []
@@ -172,12 +176,7 @@ class HostlessBackend:
             try:
                 future = self.client.local_fast_put_commit(plan)
             except (fluxon.Closed, fluxon.GenerationMismatch):
-                for i, n in zip(waiting, batch):
-                    n.storage_staged = False
-                    done[i] = False
-                self.counters["backup_failed"] += len(batch)
-                self._owner_lost()
-                return [bool(d) for d in done]
+                return self._lost_batch(waiting, batch, done)
             for i, n in zip(waiting, batch):
                 n.future = future
                 n.storage_local_ready = n.storage_pending = True
