@@ -326,13 +326,19 @@ void DataServer::serve(int fd) {
       }
     }
   }
-  ::close(fd);
-  std::lock_guard<std::mutex> g(m_);
-  auto it = conns_.find(fd);
-  if (it != conns_.end()) {
-    finished_.push_back(std::move(it->second));
-    conns_.erase(it);
+  {
+    // Out of conns_ before the fd number is free again: closed first, the acceptor could take the
+    // same number for a new connection and find this one's entry still there (its emplace would
+    // then destroy the new, running thread: std::terminate; seen once refused handshakes made
+    // connections short).
+    std::lock_guard<std::mutex> g(m_);
+    auto it = conns_.find(fd);
+    if (it != conns_.end()) {
+      finished_.push_back(std::move(it->second));
+      conns_.erase(it);
+    }
   }
+  ::close(fd);
 }
 
 // ---- client ------------------------------------------------------------------------------------
