@@ -1,6 +1,6 @@
-// MasterCore's part of fenced source reclaim (the design's BatchEvictOwnerSource): the registry of
-// reclaim transactions, keyed by (node, epoch), and the fences they hold. The owner drives the
-// transaction (the master never calls an owner); every step is idempotent on its identity.
+// MasterCore's steps of fenced source reclaim (the design's BatchEvictOwnerSource); the
+// transactions, keyed by (node, epoch), and the fences they hold are ReclaimRegistry's. The owner
+// drives the transaction (the master never calls an owner); every step is idempotent on its identity.
 //
 //   owner                                   master
 //   Fence(epoch, exact cohort)      ->      generation, closure, versions, backing, no lease:
@@ -15,8 +15,10 @@
 // each member's version on a target-role owner (else Kept, nothing fenced), and while it stands no
 // reclaim or removal of those target copies proceeds (Busy), so the Commit leaves the route.
 #include <algorithm>
+#include <map>
+#include <unordered_set>
 
-#include "fluxon/owner/local_index.hpp"
+#include "fluxon/owner/local_index.hpp"  // tp_siblings
 #include "fluxon/master/master_core.hpp"
 
 namespace fluxon {
@@ -34,12 +36,12 @@ Envelope answer(uint64_t epoch, wire::ReclaimResult r, wire::ReclaimBusy why = w
 }  // namespace
 
 Envelope MasterCore::reclaim(const wire::ReclaimT& req) {
-  counters_.reclaim_requests_total++;
-  OwnerInfo& o = owners_[req.node_id];
-  if (req.generation > o.generation) admit_generation(req.node_id, req.generation);
-  if (req.generation < o.generation) {
+  auto& c = reclaims_.counters;
+  c.reclaim_requests_total++;
+  if (req.generation > routes_.owner(req.node_id).generation) admit_generation(req.node_id, req.generation);
+  if (req.generation < routes_.owner(req.node_id).generation) {
     // An old generation's memory is gone, and its replicas with it: nothing to fence or remove.
-    counters_.reclaim_stale_total++;
+    c.reclaim_stale_total++;
     return answer(req.epoch, wire::ReclaimResult::Stale);
   }
   switch (req.step) {
@@ -47,7 +49,7 @@ Envelope MasterCore::reclaim(const wire::ReclaimT& req) {
     case wire::ReclaimStep::Commit: return reclaim_commit(req);
     case wire::ReclaimStep::Abort: return reclaim_abort(req);
   }
-  counters_.malformed_total++;
+  router_counters_.malformed_total++;
   return error_envelope(Status(Code::kMalformedMessage, "Reclaim: unknown step"));
 }
 
@@ -55,10 +57,10 @@ Envelope MasterCore::reclaim(const wire::ReclaimT& req) {
 // absent (no replica of this version there), or changed (the key moved on to another version, or
 // the node's copy is another backing: the request is stale, never applied to the newer one).
 MasterCore::MemberState MasterCore::member_state(const wire::ReclaimMemberT& m, uint32_t node,
-                                                 uint64_t generation) {
-  auto it = routes_.find(m.key);
-  if (it == routes_.end()) return MemberState::kAbsent;
-  const Route& r = it->second;
+                                                 uint64_t generation) const {
+  const Route* route = routes_.route(m.key);
+  if (!route) return MemberState::kAbsent;
+  const Route& r = *route;
   if (!(r.ver == Version{m.origin_node, m.origin_generation, m.put_id})) return MemberState::kChanged;
   for (const auto& rep : r.replicas) {
     if (rep.node_id != node) continue;
@@ -75,9 +77,9 @@ std::vector<uint32_t> MasterCore::common_targets(const std::vector<std::unique_p
   bool first = true;
   for (const auto& m : members) {
     std::vector<uint32_t> here;
-    if (auto r = routes_.find(m->key); r != routes_.end())
-      for (const auto& rep : r->second.replicas)
-        if (rep.node_id != node && is_replica_target(rep.node_id)) here.push_back(rep.node_id);
+    if (const Route* r = routes_.route(m->key))
+      for (const auto& rep : r->replicas)
+        if (rep.node_id != node && routes_.is_replica_target(rep.node_id)) here.push_back(rep.node_id);
     if (first) common = std::move(here);
     else std::erase_if(common, [&](uint32_t t) { return std::find(here.begin(), here.end(), t) == here.end(); });
     first = false;
@@ -87,71 +89,63 @@ std::vector<uint32_t> MasterCore::common_targets(const std::vector<std::unique_p
 }
 
 bool MasterCore::demotion_relies_on(const std::string& key, uint32_t node) const {
-  if (reclaim_fences_.empty()) return false;  // most of the time: no reclaim fences anything
-  auto r = routes_.find(key);
-  if (r == routes_.end()) return false;
-  for (const auto& rep : r->second.replicas) {
-    if (rep.node_id == node) continue;
-    auto f = reclaim_fences_.find({key, rep.node_id});
-    if (f == reclaim_fences_.end()) continue;
-    auto t = reclaims_.find({rep.node_id, f->second});
-    if (t != reclaims_.end() && t->second.demote) return true;
-  }
-  return false;
+  if (reclaims_.fence_count() == 0) return false;  // most of the time: no reclaim fences anything
+  const Route* r = routes_.route(key);
+  return r && reclaims_.demotion_relies_on(key, *r, node);
 }
 
 Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
+  auto& c = reclaims_.counters;
   const uint32_t node = req.node_id;
-  if (req.demote) counters_.owner_hot_demotion_attempts++;
-  if (reclaims_.count({node, req.epoch})) {  // a replay: the fences this identity installed stand
-    counters_.reclaim_in_progress_total++;
+  if (req.demote) c.owner_hot_demotion_attempts++;
+  if (reclaims_.find(node, req.epoch)) {  // a replay: the fences this identity installed stand
+    c.reclaim_in_progress_total++;
     return answer(req.epoch, wire::ReclaimResult::AlreadyInProgress);
   }
-  if (const EndedReclaim* e = ended_reclaims_.find({node, req.epoch})) {
+  if (const ReclaimRegistry::Ended* e = reclaims_.ended(node, req.epoch)) {
     // A duplicate of an attempt that ended: the answer it ended with, and nothing installed.
-    counters_.reclaim_replays_total++;
+    c.reclaim_replays_total++;
     return answer(req.epoch, e->result, e->busy);
   }
+  auto ended = [&](wire::ReclaimResult how, wire::ReclaimBusy why = wire::ReclaimBusy::None) {
+    reclaims_.note_ended(node, req.epoch, how, why, now_);
+    return answer(req.epoch, how, why);
+  };
   size_t present = 0, absent = 0;
   for (const auto& m : req.members) {
     switch (member_state(*m, node, req.generation)) {
       case MemberState::kPresent: present++; break;
       case MemberState::kAbsent: absent++; break;
       case MemberState::kChanged:  // version isolation and backing identity: never another copy
-        counters_.reclaim_stale_total++;
-        note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Stale);
-        return answer(req.epoch, wire::ReclaimResult::Stale);
+        c.reclaim_stale_total++;
+        return ended(wire::ReclaimResult::Stale);
     }
   }
   auto busy = [&](wire::ReclaimBusy why, uint64_t& counter) {
     counter++;
-    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::RetryableBusy, why);  // the owner asks anew
-    return answer(req.epoch, wire::ReclaimResult::RetryableBusy, why);
+    return ended(wire::ReclaimResult::RetryableBusy, why);  // the owner asks anew
   };
   if (present == 0) {  // every source is gone already: nothing to fence
     // The owner frees the slots on this answer: a re-publication of these copies that crosses it
     // (sent before, arriving after) stays refused.
     for (const auto& m : req.members)
-      entomb(m->key, node, Version{m->origin_node, m->origin_generation, m->put_id}, req.generation);
-    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Completed);
-    counters_.reclaim_completed_total++;
-    return answer(req.epoch, wire::ReclaimResult::Completed);
+      routes_.entomb(m->key, node, Version{m->origin_node, m->origin_generation, m->put_id}, req.generation, now_);
+    c.reclaim_completed_total++;
+    return ended(wire::ReclaimResult::Completed);
   }
   // A partial cohort is never taken for a new transaction.
-  if (absent > 0) return busy(wire::ReclaimBusy::Partial, counters_.reclaim_busy_partial_total);
+  if (absent > 0) return busy(wire::ReclaimBusy::Partial, c.reclaim_busy_partial_total);
   // Ring B: a target-role node's T2 victim chosen as a duplicate whose other copy went meanwhile
   // (its source demoted it, relying on this one): not this way - back into T2, chosen again.
-  if (!req.demote && duplicate_victim_now_last(node, req)) {
-    counters_.tier2_duplicate_kept_total++;
-    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Kept);
-    return answer(req.epoch, wire::ReclaimResult::Kept);
+  if (!req.demote && tiers_.duplicate_victim_now_last(node, req, routes_)) {
+    tiers_.counters.tier2_duplicate_kept_total++;
+    return ended(wire::ReclaimResult::Kept);
   }
   // Demotion: never the last copy - one target-role owner holds a copy of every member's version
   // (every TP rank's group recoverable from the same owner, E16ap), else the cohort stays.
   if (req.demote && common_targets(req.members, node).empty()) {
-    counters_.demote_kept_total++;
-    note_reclaim_ended(node, req.epoch, wire::ReclaimResult::Kept);
-    return answer(req.epoch, wire::ReclaimResult::Kept);
+    c.demote_kept_total++;
+    return ended(wire::ReclaimResult::Kept);
   }
   // Closure: the members are every replica of their cohorts on this node and, with tp_closure, the
   // other TP ranks' copies of their keys there.
@@ -161,130 +155,88 @@ Envelope MasterCore::reclaim_fence(const wire::ReclaimT& req) {
     asked[CohortKey{node, req.generation, m->instance, m->group}]++;
     keys.insert(m->key);
   }
-  for (const auto& [cohort, n] : asked) {
-    const uint32_t* c = cohorts_.find(cohort);
-    if (!c || *c != n)
-      return busy(wire::ReclaimBusy::Closure, counters_.reclaim_busy_closure_total);
-  }
+  for (const auto& [cohort, n] : asked)
+    if (routes_.cohort_size(cohort) != n) return busy(wire::ReclaimBusy::Closure, c.reclaim_busy_closure_total);
   if (req.tp_closure)
     for (const auto& m : req.members)
       for (const auto& sib : tp_siblings(m->key)) {
         if (keys.count(sib)) continue;
-        auto r = routes_.find(sib);
-        if (r == routes_.end()) continue;
-        for (const auto& rep : r->second.replicas)
+        const Route* r = routes_.route(sib);
+        if (!r) continue;
+        for (const auto& rep : r->replicas)
           if (rep.node_id == node && rep.generation == req.generation)
-            return busy(wire::ReclaimBusy::Closure, counters_.reclaim_busy_closure_total);
+            return busy(wire::ReclaimBusy::Closure, c.reclaim_busy_closure_total);
       }
   // Linearisation: a get or replica pull reading a member holds a lease; another reclaim its fence.
   for (const auto& m : req.members) {
-    if (reads_.count({m->key, node})) return busy(wire::ReclaimBusy::Activity, counters_.reclaim_busy_activity_total);
-    if (reclaim_fences_.count({m->key, node}))
-      return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
+    if (gets_.reading(m->key, node)) return busy(wire::ReclaimBusy::Activity, c.reclaim_busy_activity_total);
+    if (reclaims_.fenced(m->key, node)) return busy(wire::ReclaimBusy::OtherReclaim, c.reclaim_busy_other_total);
     // A demotion elsewhere relies on this copy; a demotion waits while the copy it relies on is
     // being reclaimed.
     if (demotion_relies_on(m->key, node)) {
-      counters_.demote_relied_busy_total++;
-      return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
+      c.demote_relied_busy_total++;
+      return busy(wire::ReclaimBusy::OtherReclaim, c.reclaim_busy_other_total);
     }
     if (req.demote)
-      for (const auto& rep : routes_.find(m->key)->second.replicas)
-        if (rep.node_id != node && reclaim_fences_.count({m->key, rep.node_id}))
-          return busy(wire::ReclaimBusy::OtherReclaim, counters_.reclaim_busy_other_total);
+      for (const auto& rep : routes_.route(m->key)->replicas)
+        if (rep.node_id != node && reclaims_.fenced(m->key, rep.node_id))
+          return busy(wire::ReclaimBusy::OtherReclaim, c.reclaim_busy_other_total);
   }
   // All members fenced, in this one step (or none above).
-  ReclaimTxn txn{req.generation, {}, req.demote};
-  for (const auto& m : req.members) {
-    txn.members.push_back(ReclaimMember{m->key, Version{m->origin_node, m->origin_generation, m->put_id}, m->instance,
-                                        m->offset, m->slot_size, m->group});
-    reclaim_fences_[{m->key, node}] = req.epoch;
-  }
-  reclaims_.emplace(std::make_pair(node, req.epoch), std::move(txn));
-  counters_.reclaim_fenced_total++;
+  ReclaimRegistry::Txn txn{req.generation, {}, req.demote};
+  for (const auto& m : req.members)
+    txn.members.push_back(ReclaimRegistry::Member{m->key, Version{m->origin_node, m->origin_generation, m->put_id},
+                                                  m->instance, m->offset, m->slot_size, m->group});
+  reclaims_.fence(node, req.epoch, std::move(txn));
+  c.reclaim_fenced_total++;
   return answer(req.epoch, wire::ReclaimResult::Fenced);
 }
 
 Envelope MasterCore::reclaim_commit(const wire::ReclaimT& req) {
+  auto& c = reclaims_.counters;
   const uint32_t node = req.node_id;
   // The owner released the backing already: the exact replicas go whatever else happened (a
   // committed backing never rolls back), the fences last, so no new request saw the freed slot.
-  auto txn = reclaims_.find({node, req.epoch});
-  const bool demote = txn != reclaims_.end() && txn->second.demote;
+  const ReclaimRegistry::Txn* txn = reclaims_.find(node, req.epoch);
+  const bool demote = txn && txn->demote;
   size_t removed = 0;
   for (const auto& m : req.members) {
     if (member_state(*m, node, req.generation) != MemberState::kPresent) continue;
-    const uint64_t len = routes_.find(m->key)->second.len;
+    const uint64_t len = routes_.route(m->key)->len;
     drop_replica(m->key, node, true, demote ? "demoted" : "reclaimed");
     removed++;
-    counters_.reclaim_replicas_removed_total++;
-    (routes_.count(m->key) ? counters_.removed_with_copies_left_total : counters_.removed_last_copy_total)++;
+    c.reclaim_replicas_removed_total++;
+    (routes_.count(m->key) ? routes_.counters.removed_with_copies_left_total
+                           : routes_.counters.removed_last_copy_total)++;
     if (demote) {
-      counters_.demoted_keys_total++;
-      counters_.owner_hot_demotion_selected_bytes += len;
+      c.demoted_keys_total++;
+      c.owner_hot_demotion_selected_bytes += len;
     }
   }
-  if (demote) counters_.owner_hot_demotion_cohorts++;
-  if (txn != reclaims_.end()) {
-    end_reclaim(node, req.epoch, wire::ReclaimResult::Completed);
-    counters_.reclaim_completed_total++;
+  if (demote) c.owner_hot_demotion_cohorts++;
+  if (txn) {
+    reclaims_.end(node, req.epoch, wire::ReclaimResult::Completed, now_);
+    c.reclaim_completed_total++;
     return answer(req.epoch, wire::ReclaimResult::Completed);
   }
   if (removed == 0) {  // a replay of an answered commit
-    counters_.reclaim_completed_total++;
+    c.reclaim_completed_total++;
     return answer(req.epoch, wire::ReclaimResult::Completed);
   }
-  counters_.reclaim_commit_unfenced_total++;  // no transaction, members found: removed, and said so
-  counters_.reclaim_stale_total++;
+  c.reclaim_commit_unfenced_total++;  // no transaction, members found: removed, and said so
+  c.reclaim_stale_total++;
   return answer(req.epoch, wire::ReclaimResult::Stale);
 }
 
 Envelope MasterCore::reclaim_abort(const wire::ReclaimT& req) {
-  if (!reclaims_.count({req.node_id, req.epoch})) {  // no such transaction (a replay, or never fenced)
-    counters_.reclaim_stale_total++;
+  auto& c = reclaims_.counters;
+  if (!reclaims_.find(req.node_id, req.epoch)) {  // no such transaction (a replay, or never fenced)
+    c.reclaim_stale_total++;
     return answer(req.epoch, wire::ReclaimResult::Stale);
   }
-  end_reclaim(req.node_id, req.epoch, wire::ReclaimResult::Aborted);
-  counters_.reclaim_aborted_total++;
+  reclaims_.end(req.node_id, req.epoch, wire::ReclaimResult::Aborted, now_);
+  c.reclaim_aborted_total++;
   return answer(req.epoch, wire::ReclaimResult::Aborted);
-}
-
-void MasterCore::end_reclaim(uint32_t node, uint64_t epoch, wire::ReclaimResult how) {
-  auto txn = reclaims_.find({node, epoch});
-  if (txn == reclaims_.end()) return;
-  for (const auto& m : txn->second.members) {
-    auto f = reclaim_fences_.find({m.key, node});
-    if (f != reclaim_fences_.end() && f->second == epoch) reclaim_fences_.erase(f);
-  }
-  reclaims_.erase(txn);
-  note_reclaim_ended(node, epoch, how);
-}
-
-bool MasterCore::duplicate_victim_now_last(uint32_t node, const wire::ReclaimT& req) {
-  auto it = tiers_.find(node);
-  if (it == tiers_.end()) return false;
-  NodeTiers& t = it->second;
-  bool last = false;
-  for (const auto& m : req.members) {
-    auto v = t.victims.find(m->key);
-    if (v == t.victims.end() || !v->second.duplicate) continue;
-    auto r = routes_.find(m->key);
-    if (r != routes_.end() && r->second.replicas.size() <= 1) last = true;
-  }
-  if (!last) return false;
-  for (const auto& m : req.members) {  // every duplicate victim of the cohort back into T2
-    auto v = t.victims.find(m->key);
-    if (v == t.victims.end() || !v->second.duplicate) continue;
-    const TierVictim back = v->second;
-    t.victim_bytes -= back.bytes;
-    t.victims.erase(v);
-    counters_.tier2_restored_total++;
-    if (t.t2) (void)t.t2->insert(m->key, back.ver, back.bytes);
-  }
-  return true;
-}
-
-void MasterCore::note_reclaim_ended(uint32_t node, uint64_t epoch, wire::ReclaimResult how, wire::ReclaimBusy why) {
-  ended_reclaims_.set({node, epoch}, EndedReclaim{how, why}, now_ + get_ttl_ms_);
 }
 
 }  // namespace fluxon

@@ -86,6 +86,7 @@ class ExpiringMap {
     return n;
   }
   Map& map() { return map_; }  // prefetch, iteration
+  const Map& map() const { return map_; }
   size_t queued() const { return queue_.size(); }
 
  private:
