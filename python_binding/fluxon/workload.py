@@ -572,9 +572,22 @@ def main(argv=None):
                          "with --chaos a master kill is the leader's, and each is timed to the first remote get "
                          "through the new leader")
     ap.add_argument("--lease-ms", type=int, default=1000, help="--masters: the leader's etcd lease (whole seconds)")
+    ap.add_argument("--master-tiers", default=None, metavar="T2,T1",
+                    help="the master's route tiers as shares of each owner's segment: T2 "
+                         "(replica_cache_capacity_ratio) and T1 (replica_writeback_tier1_capacity_ratio, 0: none)")
     ap.add_argument("--hot-share", type=float, default=0.45,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
+    a.master_keys = ""
+    if a.master_tiers:
+        try:
+            t2, t1 = (float(x) for x in a.master_tiers.split(","))
+        except ValueError:
+            ap.error(f"--master-tiers: expected T2,T1 (two shares, e.g. 0.8,0.6), not {a.master_tiers!r}")
+        if not (0 < t2 <= 1 and 0 <= t1 < t2):
+            ap.error(f"--master-tiers: expected 0 < T1 < T2 <= 1 (or T1 = 0), not {a.master_tiers!r}")
+        a.master_keys = f", replica_cache_capacity_ratio: {t2}" + (
+            f", replica_writeback_tier1_capacity_ratio: {t1}" if t1 else "")
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
     a.pythonpath = str(Path(__file__).resolve().parent.parent)
     a.quiet = bool(a.compare)  # --compare prints its own progress
@@ -1103,11 +1116,12 @@ def run_once(a):
             master_metrics = [free_port() for _ in range(a.masters)]
             text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\netcd: {{endpoints: [http://127.0.0.1:{free_port()}], "
                     f"lease_ttl_ms: {a.lease_ms}}}\nmasters:\n"
-                    + "".join(f"  - {{port: {free_port()}, metrics_port: {m}}}\n" for m in master_metrics) + "owners:\n")
+                    + "".join(f"  - {{port: {free_port()}, metrics_port: {m}{a.master_keys}}}\n" for m in master_metrics)
+                    + "owners:\n")
         else:
             master_metrics = [free_port() if a.chaos is not None else 0]
             text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: "
-                    f"{master_metrics[0]}}}\nowners:\n")
+                    f"{master_metrics[0]}{a.master_keys}}}\nowners:\n")
         for i, op in enumerate(oports):
             hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
             if a.hot_writeback and a.writeback_demote:

@@ -10,21 +10,40 @@ std::string leader_key(const std::string& cluster) { return "/fluxon/" + cluster
 namespace {
 // An etcd call may take this long at most: a keepalive must come back well inside the lease.
 int call_timeout(ElectionMillis ttl_ms) { return int(std::max<ElectionMillis>(50, std::min<ElectionMillis>(ttl_ms / 4, 1000))); }
+// A follower that cannot read or watch the key (etcd starting, electing its own leader, away) tries
+// again this soon: the poll period, at most 200 ms - a long poll period must not delay the watch.
+int follower_retry_ms(int poll_ms) { return std::max(1, std::min(poll_ms, 200)); }
 }  // namespace
 
 Campaign::Campaign(std::vector<std::string> endpoints, const std::string& cluster, ElectionCore::Options o)
-    : etcd_(std::move(endpoints), call_timeout(o.ttl_ms)),
+    : endpoints_(endpoints),
+      etcd_(std::move(endpoints), call_timeout(o.ttl_ms)),
       key_(leader_key(cluster)),
       address_(o.address),
       core_(o),
+      ttl_ms_(o.ttl_ms),
+      poll_ms_(o.poll_ms),
       ttl_s_(std::max<int64_t>(1, (o.ttl_ms + 999) / 1000)) {}
 
 void Campaign::start() {
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+  follower_ = std::make_unique<KeyFollower>(endpoints_, key_, call_timeout(ttl_ms_), follower_retry_ms(int(poll_ms_)),
+                                            [this](const std::optional<EtcdKv>&) {
+                                              {  // under the lock: the thread between its check and its sleep still wakes
+                                                std::lock_guard<std::mutex> g(mu_);
+                                                changed_ = true;
+                                              }
+                                              cv_.notify_all();
+                                            });
 }
 
 Campaign::~Campaign() {
-  stop_ = true;
+  follower_.reset();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -37,7 +56,10 @@ std::string Campaign::leader_address() const {
 }
 
 void Campaign::poke() {
-  poked_ = true;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    poked_ = true;
+  }
   cv_.notify_all();
 }
 
@@ -64,6 +86,7 @@ void Campaign::run() {
   for (;;) {
     if (stop_ && core_.role() != ElectionCore::Role::kStopped) core_.stop();
     const int64_t now = steady_now_ms();
+    if (changed_.exchange(false)) core_.leader_changed(now);
     const ElectionCore::Action a = core_.next(now);
     auto fail = [&](const Status& s) {
       errors_++;
@@ -75,7 +98,7 @@ void Campaign::run() {
         if (core_.stopped()) return;
         std::unique_lock<std::mutex> g(mu_);
         cv_.wait_for(g, std::chrono::milliseconds(std::max<int64_t>(1, a.until - now)),
-                     [this] { return stop_.load() || poked_.load(); });
+                     [this] { return stop_.load() || poked_.load() || changed_.load(); });
         poked_ = false;
         break;
       }
@@ -126,32 +149,65 @@ void Campaign::run() {
   }
 }
 
-LeaderWatch::LeaderWatch(std::vector<std::string> endpoints, const std::string& cluster, int poll_ms,
-                         OnLeader on_leader)
-    : etcd_(std::move(endpoints), std::max(50, std::min(poll_ms * 4, 1000))),
-      key_(leader_key(cluster)),
-      poll_ms_(std::max(1, poll_ms)),
-      on_leader_(std::move(on_leader)),
-      thread_([this] {
-        LeaderRecord seen;
-        while (!stop_) {
-          auto r = etcd_.get(key_);
-          if (r.ok() && *r) {
-            LeaderRecord now{(*r)->value, uint64_t((*r)->create_revision)};
-            if (now.address != seen.address || now.term != seen.term) {
-              seen = now;
-              on_leader_(now);
-            }
-          }
-          std::unique_lock<std::mutex> g(mu_);
-          cv_.wait_for(g, std::chrono::milliseconds(poll_ms_), [this] { return stop_.load(); });
-        }
-      }) {}
+KeyFollower::KeyFollower(std::vector<std::string> endpoints, std::string key, int timeout_ms, int retry_ms,
+                         OnChange on_change)
+    : endpoints_(std::move(endpoints)),
+      key_(std::move(key)),
+      timeout_ms_(timeout_ms),
+      retry_ms_(std::max(1, retry_ms)),
+      on_change_(std::move(on_change)),
+      thread_([this] { run(); }) {}
 
-LeaderWatch::~LeaderWatch() {
-  stop_ = true;
+KeyFollower::~KeyFollower() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
   cv_.notify_all();
   thread_.join();
 }
+
+void KeyFollower::run() {
+  EtcdClient etcd(endpoints_, timeout_ms_);
+  while (!stop_) {
+    if (auto r = etcd.range(key_); r.ok()) {
+      on_change_(r->kv);
+      if (auto w = EtcdWatch::open(endpoints_, key_, r->revision + 1, timeout_ms_); w.ok()) {
+        opened_++;
+        int64_t heard = steady_now_ms();
+        while (!stop_) {
+          auto events = (*w)->next(100);  // the stop flag's pace
+          if (!events.ok()) break;
+          const int64_t now = steady_now_ms();
+          if (events->empty()) {
+            if (now - heard > kQuietMs) break;  // read and watch again
+            continue;
+          }
+          heard = now;
+          for (const EtcdEvent& e : *events) on_change_(e.deleted ? std::nullopt : std::optional<EtcdKv>(e.kv));
+        }
+        if (stop_) return;
+        continue;  // read again at once: nothing between the watch's end and the read is missed
+      }
+    }
+    std::unique_lock<std::mutex> g(mu_);
+    cv_.wait_for(g, std::chrono::milliseconds(retry_ms_), [this] { return stop_.load(); });
+  }
+}
+
+LeaderWatch::LeaderWatch(std::vector<std::string> endpoints, const std::string& cluster, int poll_ms,
+                         OnLeader on_leader)
+    : on_leader_(std::move(on_leader)),
+      follower_(std::move(endpoints), leader_key(cluster), std::max(50, std::min(poll_ms * 4, 1000)),
+                follower_retry_ms(poll_ms),
+                [this](const std::optional<EtcdKv>& kv) {
+                  if (!kv) return;  // no leader now: the next one's key will come
+                  const LeaderRecord now{kv->value, uint64_t(kv->create_revision)};
+                  if (now.address == seen_.address && now.term == seen_.term) return;
+                  seen_ = now;
+                  on_leader_(now);
+                }) {}
+
+LeaderWatch::~LeaderWatch() = default;
 
 }  // namespace fluxon

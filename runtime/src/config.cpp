@@ -146,10 +146,10 @@ Status parse_master(const YAML::Node& n, MasterConfig& m, const std::string& whe
   return Status::ok();
 }
 
-// etcd: {endpoints, lease_ttl_ms} and masters: [...] (the HA mode), or neither.
+// etcd: {endpoints, lease_ttl_ms, poll_ms} and masters: [...] (the HA mode), or neither.
 Status parse_ha(const YAML::Node& root, ClusterConfig& c) {
   if (auto e = root["etcd"]) {
-    FLX_TRY(check_keys(e, "etcd", {"endpoints", "lease_ttl_ms"}));
+    FLX_TRY(check_keys(e, "etcd", {"endpoints", "lease_ttl_ms", "poll_ms"}));
     auto eps = e["endpoints"];
     if (!eps || !eps.IsSequence() || eps.size() == 0)
       return invalid_argument("etcd.endpoints: expected a list of http://host:port");
@@ -163,6 +163,12 @@ Status parse_ha(const YAML::Node& root, ClusterConfig& c) {
     if (c.etcd.lease_ttl_ms < 1000 || c.etcd.lease_ttl_ms % 1000 != 0)
       return invalid_argument("etcd.lease_ttl_ms: must be a whole number of seconds, at least 1000 (etcd grants "
                               "leases in seconds), not " + std::to_string(c.etcd.lease_ttl_ms));
+    if (e["poll_ms"]) {
+      FLX_TRY(get_uint(e, "poll_ms", "etcd", c.etcd.poll_ms_set));
+      if (c.etcd.poll_ms_set < 20)
+        return invalid_argument("etcd.poll_ms: at least 20 (a read of the leadership key that often while it cannot be "
+                                "watched), not " + std::to_string(c.etcd.poll_ms_set));
+    }
   }
   auto ms = root["masters"];
   if (!ms) {
@@ -522,7 +528,9 @@ std::string describe(const ClusterConfig& c) {
   if (c.ha()) {
     o << "etcd:\n  endpoints: [";
     for (size_t i = 0; i < c.etcd.endpoints.size(); ++i) o << (i ? ", " : "") << c.etcd.endpoints[i];
-    o << "]\n  lease_ttl_ms: " << c.etcd.lease_ttl_ms << "\nmasters:\n";
+    o << "]\n  lease_ttl_ms: " << c.etcd.lease_ttl_ms << "\n";
+    if (c.etcd.poll_ms_set) o << "  poll_ms: " << c.etcd.poll_ms_set << "\n";
+    o << "masters:\n";
     for (const auto& x : c.masters) master(x, "  - ", "    ");
   } else {
     o << "master:\n";

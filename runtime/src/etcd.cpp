@@ -9,11 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <utility>
 
 namespace fluxon {
 
@@ -206,11 +208,15 @@ Result<Json> parse_reply(const std::string& body, const std::string& what) {
   return std::move(*j);
 }
 
-// One HTTP/1.1 POST with a JSON body over a fresh connection; the body of the answer. The whole
-// call (connect, send, read) is bounded by timeout_ms.
-Result<std::string> http_post(const std::string& host, uint16_t port, const std::string& path,
-                              const std::string& body, int timeout_ms) {
-  const int64_t deadline = steady_now_ms() + timeout_ms;
+bool wait_fd(int fd, short ev, int64_t deadline) {
+  const int64_t left = deadline - steady_now_ms();
+  if (left <= 0) return false;
+  pollfd p{fd, ev, 0};
+  return poll(&p, 1, int(left)) == 1;
+}
+
+// A connected non-blocking socket to host:port by the deadline (the caller closes it).
+Result<int> dial(const std::string& host, uint16_t port, int64_t deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -218,30 +224,30 @@ Result<std::string> http_post(const std::string& host, uint16_t port, const std:
   if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
     return Status(Code::kClosed, "etcd " + host + ": " + gai_strerror(rc));
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Status(Code::kClosed, std::string("etcd: socket: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  auto wait = [&](short ev) -> bool {
-    const int64_t left = deadline - steady_now_ms();
-    if (left <= 0) return false;
-    pollfd p{fd, ev, 0};
-    return poll(&p, 1, int(left)) == 1;
-  };
   const std::string where = host + ":" + std::to_string(port);
+  auto failed = [&](Status st) {
+    close(fd);
+    return st;
+  };
   if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) return Status(Code::kClosed, "etcd " + where + ": " + std::strerror(errno));
-    if (!wait(POLLOUT)) return Status(Code::kTimeout, "etcd " + where + ": connect timed out");
+    if (errno != EINPROGRESS) return failed(Status(Code::kClosed, "etcd " + where + ": " + std::strerror(errno)));
+    if (!wait_fd(fd, POLLOUT, deadline)) return failed(Status(Code::kTimeout, "etcd " + where + ": connect timed out"));
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return Status(Code::kClosed, "etcd " + where + ": " + std::strerror(err));
+    if (err != 0) return failed(Status(Code::kClosed, "etcd " + where + ": " + std::strerror(err)));
   }
+  return fd;
+}
+
+// A POST of a JSON body, whole, by the deadline.
+Status send_post(int fd, const std::string& where, const std::string& path, const std::string& body, bool keep,
+                 int64_t deadline) {
   const std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + where +
-                          "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+                          "\r\nContent-Type: application/json\r\n" + (keep ? "" : "Connection: close\r\n") +
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   for (size_t sent = 0; sent < req.size();) {
     const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
@@ -249,8 +255,26 @@ Result<std::string> http_post(const std::string& host, uint16_t port, const std:
       continue;
     }
     if (n < 0 && errno != EAGAIN && errno != EINTR) return Status(Code::kClosed, "etcd " + where + ": send: " + std::strerror(errno));
-    if (!wait(POLLOUT)) return Status(Code::kTimeout, "etcd " + where + ": send timed out");
+    if (!wait_fd(fd, POLLOUT, deadline)) return Status(Code::kTimeout, "etcd " + where + ": send timed out");
   }
+  return Status::ok();
+}
+
+// One HTTP/1.1 POST with a JSON body over a fresh connection; the body of the answer. The whole
+// call (connect, send, read) is bounded by timeout_ms.
+Result<std::string> http_post(const std::string& host, uint16_t port, const std::string& path,
+                              const std::string& body, int timeout_ms) {
+  const int64_t deadline = steady_now_ms() + timeout_ms;
+  auto dialed = dial(host, port, deadline);
+  if (!dialed.ok()) return dialed.take_status();
+  const int fd = *dialed;
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  auto wait = [&](short ev) { return wait_fd(fd, ev, deadline); };
+  const std::string where = host + ":" + std::to_string(port);
+  if (Status st = send_post(fd, where, path, body, false, deadline); !st.ok()) return st;
   std::string in;
   size_t header_end = std::string::npos;
   int64_t content_length = -1;
@@ -469,6 +493,22 @@ Result<std::optional<EtcdKv>> EtcdClient::get(const std::string& key) {
   return first_kv(*j);
 }
 
+Result<EtcdClient::Range> EtcdClient::range(const std::string& key) {
+  auto b = call("/v3/kv/range", "{\"key\":" + quote(base64_encode(key)) + "}");
+  if (!b.ok()) return b.take_status();
+  auto j = parse_reply(*b, "range");
+  if (!j.ok()) return j.take_status();
+  Range r;
+  const Json* h = j->get("header");
+  const Json* rev = h ? h->get("revision") : nullptr;
+  if (!rev || rev->as_int() <= 0) return Status(Code::kMalformedMessage, "etcd range: no revision in " + b->substr(0, 200));
+  r.revision = rev->as_int();
+  auto kv = first_kv(*j);
+  if (!kv.ok()) return kv.take_status();
+  r.kv = std::move(*kv);
+  return r;
+}
+
 Status EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
   std::string body = "{\"key\":" + quote(base64_encode(key)) + ",\"value\":" + quote(base64_encode(value));
   if (lease) body += ",\"lease\":" + num(lease);
@@ -486,6 +526,138 @@ Status EtcdClient::remove_if_created_at(const std::string& key, int64_t create_r
   if (!b.ok()) return b.take_status();
   auto j = parse_reply(*b, "txn");
   return j.ok() ? Status::ok() : j.take_status();
+}
+
+Result<std::unique_ptr<EtcdWatch>> EtcdWatch::open(const std::vector<std::string>& endpoints, const std::string& key,
+                                                   int64_t start_revision, int timeout_ms) {
+  Status last = Status(Code::kClosed, "etcd watch: no endpoints");
+  const std::string body = "{\"create_request\":{\"key\":" + quote(base64_encode(key)) +
+                           ",\"start_revision\":" + num(start_revision) + "}}";
+  for (const auto& e : endpoints) {
+    auto hp = parse_http_endpoint(e);
+    if (!hp.ok()) return hp.take_status();
+    const int64_t deadline = steady_now_ms() + timeout_ms;
+    auto fd = dial(hp->first, hp->second, deadline);
+    if (!fd.ok()) {
+      last = fd.take_status();
+      continue;
+    }
+    std::unique_ptr<EtcdWatch> w(new EtcdWatch(*fd));
+    const std::string where = hp->first + ":" + std::to_string(hp->second);
+    if (Status st = send_post(*fd, where, "/v3/watch", body, true, deadline); !st.ok()) {
+      last = st;
+      continue;
+    }
+    // The head: 200 and a chunked stream, or the gateway's words.
+    std::string in;
+    size_t end = std::string::npos;
+    char buf[4096];
+    while ((end = in.find("\r\n\r\n")) == std::string::npos && in.size() < 65536) {
+      if (!wait_fd(*fd, POLLIN, deadline)) break;
+      const ssize_t n = recv(*fd, buf, sizeof(buf), 0);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) break;
+      in.append(buf, size_t(n));
+    }
+    if (end == std::string::npos) {
+      last = Status(Code::kTimeout, "etcd " + where + "/v3/watch: no answer in " + std::to_string(timeout_ms) + " ms");
+      continue;
+    }
+    std::string head;
+    for (char c : in.substr(0, end)) head += char(std::tolower(static_cast<unsigned char>(c)));
+    if (head.compare(0, 13, "http/1.1 200 ") != 0 || head.find("\r\ntransfer-encoding: chunked") == std::string::npos) {
+      last = Status(Code::kClosed, "etcd " + where + "/v3/watch: " + in.substr(0, std::min<size_t>(end, 200)));
+      continue;
+    }
+    auto first = w->feed(in.substr(end + 4));  // whatever came with the head
+    if (!first.ok()) {
+      last = first.take_status();
+      continue;
+    }
+    w->early_ = std::move(*first);
+    return w;
+  }
+  return last;
+}
+
+EtcdWatch::~EtcdWatch() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<std::vector<EtcdEvent>> EtcdWatch::next(int wait_ms) {
+  if (!early_.empty()) return std::exchange(early_, {});
+  if (fd_ < 0) return Status(Code::kClosed, "etcd watch: the stream ended");
+  const int64_t deadline = steady_now_ms() + std::max(0, wait_ms);
+  if (!wait_fd(fd_, POLLIN, deadline)) return std::vector<EtcdEvent>{};
+  std::string got;
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    if (n > 0) {
+      got.append(buf, size_t(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    // The stream ended (etcd went away, or closed it): what came before still counts.
+    auto events = feed(got);
+    if (!events.ok()) return events;
+    if (!events->empty()) {
+      close(fd_);
+      fd_ = -1;
+      return events;  // the end shows on the next call
+    }
+    return Status(Code::kClosed, std::string("etcd watch: the stream ended") + (n < 0 ? std::string(": ") + std::strerror(errno) : ""));
+  }
+  return feed(got);
+}
+
+Result<std::vector<EtcdEvent>> EtcdWatch::feed(const std::string& bytes) {
+  raw_ += bytes;
+  // De-chunk every complete chunk.
+  for (;;) {
+    const size_t crlf = raw_.find("\r\n");
+    if (crlf == std::string::npos) break;
+    std::string size_text = raw_.substr(0, crlf);
+    if (const size_t semi = size_text.find(';'); semi != std::string::npos) size_text.resize(semi);
+    size_t len = 0;
+    if (!parse_hex(size_text, len)) return Status(Code::kMalformedMessage, "etcd watch: a bad chunk size");
+    if (len == 0) return Status(Code::kClosed, "etcd watch: the stream ended");
+    if (raw_.size() < crlf + 2 + len + 2) break;
+    body_.append(raw_, crlf + 2, len);
+    raw_.erase(0, crlf + 2 + len + 2);
+  }
+  if (body_.size() > (size_t(16) << 20)) return Status(Code::kMalformedMessage, "etcd watch: a message over 16 MiB");
+  // One JSON message per line.
+  std::vector<EtcdEvent> out;
+  size_t at = 0;
+  for (size_t nl; (nl = body_.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string line = body_.substr(at, nl - at);
+    if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
+    auto j = parse_reply(line, "watch");
+    if (!j.ok()) return j.take_status();
+    if (const Json* c = j->get("created"); c && c->b) created_ = true;
+    if (const Json* c = j->get("canceled"); c && c->b) {
+      const Json* why = j->get("cancel_reason");
+      const Json* compact = j->get("compact_revision");
+      return Status(Code::kClosed, "etcd watch: cancelled (" + (why ? why->text : std::string("no reason")) +
+                                       (compact ? ", compacted at " + compact->text : std::string()) + ")");
+    }
+    if (const Json* evs = j->get("events"))
+      for (const Json& ev : evs->items) {
+        EtcdEvent e;
+        const Json* type = ev.get("type");
+        e.deleted = type && type->text == "DELETE";
+        if (const Json* kv = ev.get("kv")) {
+          auto k = kv_of(*kv);
+          if (!k.ok()) return k.take_status();
+          e.kv = std::move(*k);
+        }
+        out.push_back(std::move(e));
+      }
+  }
+  body_.erase(0, at);
+  return out;
 }
 
 }  // namespace fluxon

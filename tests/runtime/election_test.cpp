@@ -7,7 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <map>
+#include <random>
 #include <thread>
 #include <vector>
 #include <optional>
@@ -256,4 +260,139 @@ TEST_CASE("etcd client: a malformed answer is an error naming what was wrong, ne
   CHECK(*ok == 42);
   server.join();
   close(lfd);
+}
+
+namespace {
+// A chunked stream of lines as etcd's gateway sends a watch: one JSON message per line, the lines
+// cut into chunks of 1..17 bytes.
+std::string chunked(const std::string& body, std::mt19937& rng) {
+  std::string out;
+  for (size_t at = 0; at < body.size();) {
+    const size_t n = std::min<size_t>(body.size() - at, 1 + rng() % 17);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", n);
+    out += std::string(size) + "\r\n" + body.substr(at, n) + "\r\n";
+    at += n;
+  }
+  return out;
+}
+const std::string kWatchLines =
+    "{\"result\":{\"header\":{\"revision\":\"5\"},\"created\":true}}\n"
+    "{\"result\":{\"header\":{\"revision\":\"6\"},\"events\":[{\"kv\":{\"key\":\"" + base64_encode("/fluxon/c/leader") +
+    "\",\"create_revision\":\"6\",\"mod_revision\":\"6\",\"value\":\"" + base64_encode("127.0.0.1:7600") +
+    "\",\"lease\":\"9\"}}]}}\n"
+    "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"type\":\"DELETE\",\"kv\":{\"key\":\"" +
+    base64_encode("/fluxon/c/leader") + "\",\"mod_revision\":\"7\"}}]}}\n";
+}  // namespace
+
+TEST_CASE("etcd watch: a stream cut anywhere gives the same events in order, a cancelled or broken one is an error") {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    const std::string bytes = chunked(kWatchLines, rng);
+    auto w = EtcdWatch::unconnected();
+    std::vector<EtcdEvent> got;
+    for (size_t at = 0; at < bytes.size();) {  // the network's own cuts, independent of the chunks
+      const size_t n = std::min<size_t>(bytes.size() - at, 1 + rng() % 23);
+      auto ev = w->feed(bytes.substr(at, n));
+      REQUIRE(ev.ok());
+      got.insert(got.end(), ev->begin(), ev->end());
+      at += n;
+    }
+    CHECK(w->created());
+    REQUIRE(got.size() == 2);
+    CHECK_FALSE(got[0].deleted);
+    CHECK(got[0].kv.value == "127.0.0.1:7600");
+    CHECK(got[0].kv.create_revision == 6);
+    CHECK(got[1].deleted);
+    CHECK(got[1].kv.key == "/fluxon/c/leader");
+    CHECK(got[1].kv.mod_revision == 7);
+  }
+  auto one_chunk = [](const std::string& body) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    return std::string(size) + "\r\n" + body + "\r\n";
+  };
+  auto cancelled = EtcdWatch::unconnected()->feed(
+      one_chunk("{\"result\":{\"canceled\":true,\"compact_revision\":\"3\",\"cancel_reason\":\"x\"}}\n"));
+  REQUIRE_FALSE(cancelled.ok());
+  CHECK(cancelled.status().message().find("compacted at 3") != std::string::npos);
+  auto ended = EtcdWatch::unconnected()->feed("0\r\n\r\n");
+  REQUIRE_FALSE(ended.ok());
+  CHECK(ended.status().message().find("stream ended") != std::string::npos);
+  auto bad = EtcdWatch::unconnected()->feed("q1\r\n{\r\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("bad chunk size") != std::string::npos);
+  auto garbage = EtcdWatch::unconnected()->feed(one_chunk("{x}\n"));
+  REQUIRE_FALSE(garbage.ok());
+  CHECK(garbage.status().message().find("bad JSON") != std::string::npos);
+}
+
+TEST_CASE("etcd watch: opened over a socket, the events that came with the head first, then the stream's end") {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(lfd, 4) == 0);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string asked;
+  std::thread server([&] {
+    int c = accept(lfd, nullptr, nullptr);
+    char buf[4096];
+    const ssize_t n = recv(c, buf, sizeof buf, 0);
+    if (n > 0) asked.assign(buf, size_t(n));
+    std::mt19937 rng(3);
+    const std::string all = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                            chunked(kWatchLines, rng);
+    const size_t cut = all.find("\r\n\r\n") + 30;  // the head and part of the first chunks together
+    (void)send(c, all.data(), cut, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (void)send(c, all.data() + cut, all.size() - cut, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    close(c);  // the stream ends
+  });
+  auto w = EtcdWatch::open({"http://127.0.0.1:" + std::to_string(ntohs(a.sin_port))}, "/fluxon/c/leader", 6, 2000);
+  REQUIRE(w.ok());
+  std::vector<EtcdEvent> got;
+  Status end = Status::ok();
+  for (int i = 0; i < 100 && end.ok(); ++i) {
+    auto ev = (*w)->next(100);
+    if (!ev.ok()) end = ev.status();
+    else got.insert(got.end(), ev->begin(), ev->end());
+  }
+  server.join();
+  close(lfd);
+  CHECK(asked.find("POST /v3/watch HTTP/1.1") == 0);
+  CHECK(asked.find("\"start_revision\":\"6\"") != std::string::npos);
+  CHECK(asked.find(base64_encode("/fluxon/c/leader")) != std::string::npos);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].kv.value == "127.0.0.1:7600");
+  CHECK(got[1].deleted);
+  CHECK(end.message().find("stream ended") != std::string::npos);
+}
+
+TEST_CASE("E1: a standby told by its watch that the leader's key changed reads it at once, not at its next poll") {
+  ElectionCore core(ElectionCore::Options{1000, 60000, "b"});
+  CHECK(core.next(0).what == Do::kGrant);
+  core.granted(5, 0);
+  CHECK(core.next(0).what == Do::kCampaign);
+  core.campaigned(false, LeaderRecord{"a", 3}, 0);  // a leads: b stands by, its next read a minute away
+  CHECK(core.next(10).what == Do::kWait);
+  CHECK(core.next(10).until == 60000);
+  core.leader_changed(500);  // the watch saw a's key go
+  CHECK(core.next(500).what == Do::kReadLeader);
+  core.read_leader(std::nullopt, 501);  // gone indeed: campaign
+  const auto a = core.next(501);
+  CHECK((a.what == Do::kCampaign || a.what == Do::kGrant));
+}
+
+TEST_CASE("E1: a candidate whose etcd call failed tries again within TTL/10, whatever its poll period") {
+  ElectionCore core(ElectionCore::Options{1000, 60000, "b"});
+  CHECK(core.next(0).what == Do::kGrant);
+  core.failed(5);  // etcd still electing its own leader, say
+  const auto a = core.next(5);
+  REQUIRE(a.what == Do::kWait);
+  CHECK(a.until == 105);
+  CHECK(core.next(105).what == Do::kGrant);
 }

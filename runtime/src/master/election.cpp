@@ -76,6 +76,10 @@ void ElectionCore::read_leader(const std::optional<LeaderRecord>& holder, Electi
   next_poll_ = now + opts_.poll_ms;
 }
 
+void ElectionCore::leader_changed(ElectionMillis now) {
+  if (role_ == Role::kStandby) next_poll_ = std::min(next_poll_, now);
+}
+
 void ElectionCore::resigned() {
   lease_ = 0;
   if (role_ == Role::kLeader) step_down();
@@ -86,6 +90,9 @@ void ElectionCore::failed(ElectionMillis now) {
   switch (role_) {
     case Role::kLeader: next_renew_ = now + retry; break;  // serving ends at valid_until_ unless renewed
     case Role::kStopped: lease_ = 0; break;                // a resign that fails: the lease expires alone
+    // A candidate tries again soon (etcd may still be electing its own leader); a standby reads
+    // again at its poll (its watch, when it has one, wakes it sooner).
+    case Role::kCandidate: next_poll_ = now + retry; break;
     default: next_poll_ = now + std::max(retry, opts_.poll_ms); break;
   }
 }

@@ -52,6 +52,9 @@ class ElectionCore {
   void kept_alive(bool alive, ElectionMillis sent);
   void read_leader(const std::optional<LeaderRecord>& holder, ElectionMillis now);
   void resigned();
+  // A watch saw the leadership key change (deleted, or created anew): a standby reads it at once
+  // instead of at its next poll (a deleted key: it campaigns right after).
+  void leader_changed(ElectionMillis now);
   // etcd did not answer (unreachable, timeout, an error reply): the action is retried later.
   void failed(ElectionMillis now);
   // Stop campaigning; a leader resigns first (its key and lease go at once: no TTL to wait out).

@@ -11,8 +11,10 @@
 //   ReplicaPlacement  replica tasks, write-backs, unbacked notices          replica_placement
 //   RouteTiers        the T1/T2 route tiers and their victims               route_tiers
 //
-// Each component keeps its own state, its bounds and its counter table (master_counters.hpp); none
-// calls another. The router's handlers (master_core.cpp: registration, publication, removal,
+// Each component keeps its own state, its bounds and its counter table (master_counters.hpp). They
+// read one another only through const references the router hands them, and change nothing but
+// their own state - save RouteTiers, which queues the write-backs it starts into the placement its
+// TierContext names (the E16ba fence waits for them in the same step). The router's handlers (master_core.cpp: registration, publication, removal,
 // lookups; master_gets.cpp: remote gets; master_reclaim.cpp: the reclaim steps) read the
 // components and hand what one step means for another on to it, in order: a replica dropped from
 // the table leaves its tiers and may leave its sources unbacked, a replica added enters them, a

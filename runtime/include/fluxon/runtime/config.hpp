@@ -97,8 +97,13 @@ struct EtcdConfig {
   // The leader's lease: a killed leader is replaced within about this long (etcd grants whole seconds).
   uint32_t lease_ttl_ms = 2000;
   bool enabled() const { return !endpoints.empty(); }
-  // How often a standby master and an owner read the leadership key.
-  uint32_t poll_ms() const { return std::max<uint32_t>(20, std::min<uint32_t>(lease_ttl_ms / 10, 200)); }
+  // How often a standby master reads the leadership key besides its watch (which brings every change
+  // at once; a follower that cannot watch retries every min(poll_ms, 200 ms)): etcd.poll_ms, or TTL/10
+  // within [20, 200] ms.
+  uint32_t poll_ms_set = 0;
+  uint32_t poll_ms() const {
+    return poll_ms_set ? poll_ms_set : std::max<uint32_t>(20, std::min<uint32_t>(lease_ttl_ms / 10, 200));
+  }
 };
 
 // auth: {key_file: PATH} (runtime/auth.hpp, docs/security.md). Without it every daemon listens on
