@@ -86,6 +86,46 @@ class Requests:
             yield turn, batch
 
 
+class TraceRequests:
+    """A public trace's requests (fluxon/trace.py: Mooncake's format) as the ranks' request stream,
+    replayed as given: each request's prompt is its blocks' tokens (block b's are a function of b, so
+    requests that share leading blocks share those pages' hashes), its instance the router's choice
+    (round-robin, or prefix-affine: by its first block), and requests are grouped into rounds of
+    --round-ms of trace time (a round ends on every instance before the next begins)."""
+
+    def __init__(self, a):
+        from fluxon.trace import BLOCK_TOKENS, load_trace
+        self.reqs = load_trace(a.trace, a.max_requests)
+        self.block = BLOCK_TOKENS
+        self.a = a
+        span = self.reqs[-1].timestamp_ms - self.reqs[0].timestamp_ms
+        a.turns = span // a.round_ms + 1  # the rounds (progress lines, the report)
+
+    def tokens(self, r):
+        out = []
+        for i, b in enumerate(r.hash_ids):
+            base = b * self.block + 1  # never 0; < 2^32 for any id below 8M
+            out.extend(range(base, base + r.block_tokens(i)))
+        return out
+
+    def rounds(self):
+        a, t0 = self.a, self.reqs[0].timestamp_ms
+        batch, turn = [], 0
+        for n, r in enumerate(self.reqs):
+            k = (r.timestamp_ms - t0) // a.round_ms
+            while k > turn:
+                yield turn, batch
+                batch, turn = [], turn + 1
+            inst = (r.hash_ids[0] if a.router == "prefix" else n) % a.instances
+            batch.append((n, inst, self.tokens(r), []))
+        yield turn, batch
+
+
+def request_stream(a):
+    """The ranks' request stream: the public trace given by --trace, or the seeded agent sessions."""
+    return TraceRequests(a) if getattr(a, "trace", None) else Requests(a)
+
+
 def lru_prefix(index: OrderedDict, hashes) -> int:
     """How many leading hashes an LRU index holds; each one found becomes the most recent."""
     n = 0
@@ -306,7 +346,7 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         return [pool.free.pop() for _ in range(n)]
 
     t_start = time.perf_counter()
-    stream = Requests(a)
+    stream = request_stream(a)
     cur = {k: 0 for k in totals}
     for turn, batch in stream.rounds():
         r_tot = cur = {k: 0 for k in totals}
@@ -494,6 +534,14 @@ def free_port():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", default=None, metavar="FILE",
+                    help="replay a public trace (Mooncake's FAST'25 format, traces/README.md) instead of the "
+                         "seeded agent sessions: --sessions, --turns and --migrate do not apply")
+    ap.add_argument("--max-requests", type=int, default=None, help="--trace: replay its first N requests")
+    ap.add_argument("--router", choices=["rr", "prefix"], default="rr",
+                    help="--trace: which instance takes a request: round-robin, or by its first block")
+    ap.add_argument("--round-ms", type=int, default=60000,
+                    help="--trace: trace time per round (a round ends on every instance before the next)")
     ap.add_argument("--sessions", type=int, default=96)
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--tp", type=int, default=2, choices=[1, 2])
@@ -578,6 +626,16 @@ def main(argv=None):
     ap.add_argument("--hot-share", type=float, default=0.45,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
+    if a.trace:  # checked whole before anything starts: a malformed line is named with its field
+        from fluxon.trace import TraceError, load_trace
+        if a.round_ms <= 0:
+            ap.error(f"--round-ms: must be positive, not {a.round_ms}")
+        try:
+            reqs = load_trace(a.trace, a.max_requests)
+        except (TraceError, OSError) as e:
+            ap.error(f"--trace: {e}")
+        a.turns = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) // a.round_ms + 1
+        a.sessions = len(reqs)
     a.master_keys = ""
     if a.master_tiers:
         try:
@@ -608,7 +666,7 @@ def trace_pages(a):
     sequence is this one under its own keys), and the tokens of all requests."""
     pages, tokens_total = [], 0
     pt = a.page_tokens
-    for _turn, batch in Requests(a).rounds():
+    for _turn, batch in request_stream(a).rounds():
         for _sid, _inst, tokens, _out in batch:
             prev, req = "", []
             for p in range(len(tokens) // pt):
@@ -713,7 +771,9 @@ def compare(a) -> int:
     ws_pages = len({h for req in trace for h in req})
     ws = ws_pages * page_bytes * a.tp
     if not a.json:
-        print(f"trace: {a.sessions} sessions x {a.turns} turns, {a.instances} instance(s) x TP {a.tp}, seed {a.seed}; "
+        what = (f"{a.trace}: {a.sessions} requests in {a.turns} rounds of {a.round_ms} ms, router {a.router}"
+                if a.trace else f"{a.sessions} sessions x {a.turns} turns, seed {a.seed}")
+        print(f"trace: {what}, {a.instances} instance(s) x TP {a.tp}; "
               f"working set {ws_pages} pages per rank = {ws / 2**20:.1f} MiB; L1 {a.gpu_pages} pages per rank; "
               f"prefill modelled at {a.prefill_tok_s:.0f} tokens/s per rank")
     rows = []

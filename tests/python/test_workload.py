@@ -265,3 +265,34 @@ def test_workload_crash_chaos_kill_9_owners_the_master_and_clients_nothing_wrong
             # (a rank may be idle at a round barrier while its owner is down: counted across the ranks)
             assert sum(r["counters"]["owner_lost"] for r in rep["ranks"]) > 0
             assert sum(r["counters"]["reattached"] for r in rep["ranks"]) > 0
+
+
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "mooncake_fast25_conversation.jsonl"
+
+
+def test_workload_replays_the_public_trace_as_given_every_page_verified_hits_within_the_ceiling():
+    """--trace: the Mooncake conversation trace's first 200 requests through two instances (TP 2,
+    prefix-affine router) and a CPU owner: every request replayed, every restored page byte-checked,
+    the ranks agreeing, and the hits never above the infinite-cache ceiling of exactly those requests."""
+    from fluxon.trace import load_trace, prefix_ceiling
+    out = run("--trace", str(TRACE), "--max-requests", "200", "--instances", "2", "--router", "prefix",
+              "--page-tokens", "256", "--remote-cache", "1", "--prefill-tok-s", "400000", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    ranks = [r["totals"] for r in rep["ranks"]]
+    assert sum(t["requests"] for t in ranks) == 2 * 200  # every request on one instance's two ranks
+    assert all(t["verify_failures"] == 0 for t in ranks)
+    tokens = sum(t["tokens"] for t in ranks)
+    hits = sum(t["l1"] + t["l2"] + t["l3"] for t in ranks)
+    ceiling = prefix_ceiling(load_trace(TRACE, 200))["ceiling_tokens_pct"]
+    assert 0 < 100.0 * hits / tokens <= ceiling, (hits, tokens, ceiling)
+
+
+def test_workload_refuses_a_malformed_trace_by_line_and_field_before_starting(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
+                   '{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1]}\n')
+    out = run("--trace", str(bad), "--json")
+    assert out.returncode == 2
+    assert f"{bad}:2: field 'hash_ids' has 1 blocks for input_length 600" in out.stderr, out.stderr
+    assert not list(tmp_path.glob("fluxon-*"))
