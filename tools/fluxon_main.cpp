@@ -28,6 +28,7 @@ static int usage() {
                "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf] [--batch B]... [--get-rounds R]\n"
                "                                         (starts the cluster of FILE if needed)\n"
                "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n"
+               "  fluxon replay TRACE.jsonl [ARGS]       (python3 -m fluxon.replay: a public trace through the workload)\n"
                "  fluxon overload [ARGS]                 (python3 -m fluxon.overload: 10x the clients against one owner)\n");
   return 2;
 }
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
     if (!c.ok()) return 2;
     return tools::run_demo(*c);
   }
-  if (cmd == "workload" || cmd == "overload") {
+  if (cmd == "workload" || cmd == "overload" || cmd == "replay") {
     // The workload and the overload are Python (they drive the client API as SGLang does): run
     // them with this build's package.
     const std::string exe = self_exe();
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
     setenv("PYTHONPATH", pp.c_str(), 1);
     setenv("FLUXON_BIN", exe.c_str(), 0);
     std::vector<char*> args{const_cast<char*>("/usr/bin/python3"), const_cast<char*>("-m"),
-                            const_cast<char*>(cmd == "workload" ? "fluxon.workload" : "fluxon.overload")};
+                            const_cast<char*>(cmd == "workload" ? "fluxon.workload"
+                                              : cmd == "replay"  ? "fluxon.replay"
+                                                                 : "fluxon.overload")};
     for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     execv("/usr/bin/python3", args.data());

@@ -288,11 +288,12 @@ def test_workload_replays_the_public_trace_as_given_every_page_verified_hits_wit
     assert 0 < 100.0 * hits / tokens <= ceiling, (hits, tokens, ceiling)
 
 
-def test_workload_refuses_a_malformed_trace_by_line_and_field_before_starting(tmp_path):
+def test_replay_refuses_a_malformed_trace_by_line_and_field_before_starting(tmp_path):
+    """`fluxon replay TRACE` (the workload with --trace): a bad line is named, nothing starts."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
                    '{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1]}\n')
-    out = run("--trace", str(bad), "--json")
+    out = subprocess.run([FLUXON_BIN, "replay", str(bad), "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert f"{bad}:2: field 'hash_ids' has 1 blocks for input_length 600" in out.stderr, out.stderr
     assert not list(tmp_path.glob("fluxon-*"))
