@@ -93,18 +93,17 @@ class TraceRequests:
     (round-robin, or prefix-affine: by its first block), and requests are grouped into rounds of
     --round-ms of trace time (a round ends on every instance before the next begins)."""
 
-    def __init__(self, a):
-        from fluxon.trace import BLOCK_TOKENS, load_trace
-        self.reqs = load_trace(a.trace, a.max_requests)
-        self.block = BLOCK_TOKENS
-        self.a = a
-        span = self.reqs[-1].timestamp_ms - self.reqs[0].timestamp_ms
-        a.turns = span // a.round_ms + 1  # the rounds (progress lines, the report)
+    MAX_BLOCK_ID = (1 << 32) // 512 - 1  # block b's tokens are b * 512 + 1 .. b * 512 + 512: 32-bit ids
 
-    def tokens(self, r):
+    def __init__(self, a):
+        self.reqs = a.trace_requests  # loaded and checked once, by main()
+        self.a = a
+
+    @staticmethod
+    def tokens(r):
         out = []
         for i, b in enumerate(r.hash_ids):
-            base = b * self.block + 1  # never 0; < 2^32 for any id below 8M
+            base = b * 512 + 1
             out.extend(range(base, base + r.block_tokens(i)))
         return out
 
@@ -634,7 +633,12 @@ def main(argv=None):
             reqs = load_trace(a.trace, a.max_requests)
         except (TraceError, OSError) as e:
             ap.error(f"--trace: {e}")
-        a.turns = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) // a.round_ms + 1
+        big = next((r for r in reqs if max(r.hash_ids) > TraceRequests.MAX_BLOCK_ID), None)
+        if big:
+            ap.error(f"--trace: {a.trace}:{big.line}: field 'hash_ids': block id {max(big.hash_ids)} is over "
+                     f"{TraceRequests.MAX_BLOCK_ID} (this replay gives each block 512 32-bit token ids)")
+        a.trace_requests = reqs  # the ranks replay exactly what was checked
+        a.turns = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) // a.round_ms + 1  # rounds
         a.sessions = len(reqs)
     a.master_keys = ""
     if a.master_tiers:
@@ -810,7 +814,7 @@ def compare(a) -> int:
                 print(f" {row['total']:.1f}% hits, {row['req_s']:.1f} req/s")
     ok = all(r["errors"] == 0 and r["reconciled"] for r in rows)
     if a.json:
-        print(json.dumps({"config": {k: v for k, v in vars(a).items() if k != "pythonpath"},
+        print(json.dumps({"config": {k: v for k, v in vars(a).items() if k not in ("pythonpath", "trace_requests")},
                           "working_set_bytes": ws, "rows": rows}, indent=1))
         return 0 if ok else 1
     print()
@@ -1285,7 +1289,7 @@ def run_once(a):
         st.get(f"reclaim_{e}_bytes_total", 0) for e in ("committed", "restored", "obsolete")) + \
         st.get("pending_eviction_reclaim_bytes", 0)
     bad = sum(r["totals"]["verify_failures"] for r in results)
-    report = {"config": {k: v for k, v in vars(a).items() if k != "pythonpath"}, "ranks": results,
+    report = {"config": {k: v for k, v in vars(a).items() if k not in ("pythonpath", "trace_requests")}, "ranks": results,
               "totals": r0["totals"], "rounds": r0["rounds"], "master": r0["master_stats"], "owners": owners}
     ok = reconciled and bad == 0
     if chaos:

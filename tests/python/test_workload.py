@@ -297,3 +297,11 @@ def test_replay_refuses_a_malformed_trace_by_line_and_field_before_starting(tmp_
     assert out.returncode == 2
     assert f"{bad}:2: field 'hash_ids' has 1 blocks for input_length 600" in out.stderr, out.stderr
     assert not list(tmp_path.glob("fluxon-*"))
+
+
+def test_replay_refuses_a_block_id_its_token_mapping_cannot_take(tmp_path):
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [9000000]}\n')
+    out = subprocess.run([FLUXON_BIN, "replay", str(big)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert f"{big}:1: field 'hash_ids': block id 9000000 is over 8388607" in out.stderr, out.stderr
