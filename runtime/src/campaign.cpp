@@ -16,8 +16,7 @@ int follower_retry_ms(int poll_ms) { return std::max(1, std::min(poll_ms, 200));
 }  // namespace
 
 Campaign::Campaign(std::vector<std::string> endpoints, const std::string& cluster, ElectionCore::Options o)
-    : endpoints_(endpoints),
-      etcd_(std::move(endpoints), call_timeout(o.ttl_ms)),
+    : etcd_(std::move(endpoints), call_timeout(o.ttl_ms)),
       key_(leader_key(cluster)),
       address_(o.address),
       core_(o),
@@ -28,7 +27,7 @@ Campaign::Campaign(std::vector<std::string> endpoints, const std::string& cluste
 void Campaign::start() {
   if (thread_.joinable()) return;
   thread_ = std::thread([this] { run(); });
-  follower_ = std::make_unique<KeyFollower>(endpoints_, key_, call_timeout(ttl_ms_), follower_retry_ms(int(poll_ms_)),
+  follower_ = std::make_unique<KeyFollower>(etcd_.endpoints(), key_, call_timeout(ttl_ms_), follower_retry_ms(int(poll_ms_)),
                                             [this](const std::optional<EtcdKv>&) {
                                               {  // under the lock: the thread between its check and its sleep still wakes
                                                 std::lock_guard<std::mutex> g(mu_);

@@ -48,9 +48,10 @@ RouteTiers::Sizes RouteTiers::sizes(uint32_t node) const {
 RouteTiers::Sizes RouteTiers::total() const {
   Sizes s;
   for (const auto& [node, t] : tiers_) {
-    const Sizes n = sizes(node);
-    s.t2 += n.t2, s.t1 += n.t1, s.victims += n.victims;
-    s.t2_capacity += n.t2_capacity, s.t1_capacity += n.t1_capacity;
+    s.t2 += t.t2 ? t.t2->weighted_size() : 0;
+    s.t1 += t.t1 ? t.t1->weighted_size() : 0;
+    s.victims += t.victim_bytes;
+    s.t2_capacity += t.cap2, s.t1_capacity += t.cap1;
   }
   return s;
 }

@@ -75,7 +75,6 @@ class Campaign {
   void run();
   void publish();
 
-  std::vector<std::string> endpoints_;
   EtcdClient etcd_;
   std::string key_;
   std::string address_;

@@ -47,6 +47,7 @@ class EtcdClient {
   // Deletes key only while it is still the one created at create_revision (never a successor's).
   Status remove_if_created_at(const std::string& key, int64_t create_revision);
 
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
   // The endpoint that answered last ("" before any answer).
   const std::string& endpoint() const { return last_; }
 
