@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 namespace fluxon {
 
 uint64_t slot_size_for(uint64_t value_len) {
+  // Saturates: a length within a slot of 2^64 would round up past it to 0, a class of no bytes
+  // that every "larger than a grant" check lets through (the owner's fuzzer found one).
+  constexpr uint64_t kLargest = std::numeric_limits<uint64_t>::max() / kMinSlotBytes * kMinSlotBytes;
+  if (value_len > kLargest) return kLargest;
   uint64_t v = std::max(value_len, kMinSlotBytes);
   return (v + kMinSlotBytes - 1) / kMinSlotBytes * kMinSlotBytes;
 }

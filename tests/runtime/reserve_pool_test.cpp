@@ -14,6 +14,20 @@ TEST_CASE("slot_size is exact-fit 4 KiB alignment, no power-of-two rounding") {
   CHECK(slot_size_for(5 * 4096 + 1) == 6 * 4096);
 }
 
+TEST_CASE("slot_size never wraps: a length near 2^64 is a class larger than any grant, never 0") {
+  const uint64_t top = ~uint64_t(0);
+  for (uint64_t len : {top, top - 1, top - 4094, top - 4095, top - 4096, top / 2 + 1}) {
+    CHECK(slot_size_for(len) >= len / 4096 * 4096);
+    CHECK(slot_size_for(len) > kDefaultGrantBytes);
+    CHECK(slot_size_for(len) % 4096 == 0);
+  }
+  const uint64_t grant = 64 << 10;
+  ReservePool pool(4 * grant, grant, std::nullopt);
+  auto r = pool.try_claim(top - 100, 1);  // before: a class of 0 bytes, a division by zero
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+}
+
 TEST_CASE("expected capacity: the worked example of the design (113 slots/grant, 207 grants)") {
   auto g = expected_grants({4718592, 109951162777ull}, 512ull << 20);
   REQUIRE(g.ok());
