@@ -38,6 +38,17 @@ from pathlib import Path
 
 PAGE_TOKENS_DEFAULT = 64
 
+# KV bytes per token of real models (bf16): layers x KV heads x head dim x 2 (K and V) x 2 bytes, or
+# for MLA layers x (the 512-wide latent + 64 rope dims) x 2 bytes. GQA/MHA heads are split across TP
+# ranks; MLA's latent is whole on every rank.
+MODEL_PRESETS = {
+    "llama3-8b": {"name": "Llama-3-8B", "bytes_per_token": 32 * 8 * 128 * 2 * 2, "mla": False},
+    "qwen3-32b": {"name": "Qwen3-32B", "bytes_per_token": 64 * 8 * 128 * 2 * 2, "mla": False},
+    "deepseek-v3": {"name": "DeepSeek-V3 (MLA)", "bytes_per_token": 61 * (512 + 64) * 2, "mla": True},
+}
+BACKUP_BATCH_PAGES = 256  # pages per backup put at most (a radix node is never split)
+SMALLEST_SLOT = 4096  # an owner's smallest slot: a page below it wastes the rest of its slot
+
 
 def page_hash(prev: str, tokens) -> str:
     h = hashlib.sha256()
@@ -81,9 +92,14 @@ class Requests:
                 out = [self.rng.randrange(1, 50000) for _ in range(a.output_tokens)]
                 if a.instances > 1 and turn > 0 and self.rng.random() < a.migrate:
                     sess["inst"] = (sess["inst"] + 1 + self.rng.randrange(a.instances - 1)) % a.instances
-                batch.append((s, sess["inst"], list(sess["history"]), out))
+                batch.append((s, sess["inst"], list(sess["history"]), out, None))
                 sess["history"] += out
             yield turn, batch
+
+    def count(self, inst):
+        """Requests instance `inst` serves in the whole run (for progress)."""
+        a = self.a
+        return a.sessions * a.turns // a.instances + (1 if inst < a.sessions * a.turns % a.instances else 0)
 
 
 class TraceRequests:
@@ -115,9 +131,14 @@ class TraceRequests:
             while k > turn:
                 yield turn, batch
                 batch, turn = [], turn + 1
-            inst = (r.hash_ids[0] if a.router == "prefix" else n) % a.instances
-            batch.append((n, inst, self.tokens(r), []))
+            batch.append((n, self.instance(n, r), self.tokens(r), [], (r.timestamp_ms - t0) / 1000.0))
         yield turn, batch
+
+    def instance(self, n, r):
+        return (r.hash_ids[0] if self.a.router == "prefix" else n) % self.a.instances
+
+    def count(self, inst):
+        return sum(1 for n, r in enumerate(self.reqs) if self.instance(n, r) == inst)
 
 
 def request_stream(a):
@@ -291,6 +312,20 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
     page_depth = {}   # page hash -> pages before it in its request (a radix node's content depth)
 
     def backup(*nodes):
+        """Radix nodes (lists of page hashes) in put batches of at most BACKUP_BATCH_PAGES pages (a
+        node whole; an L1 evicting for a long prompt would otherwise ask for more slots than a small
+        owner has)."""
+        batch, n = [], 0
+        for node in nodes:
+            if batch and n + len(node) > BACKUP_BATCH_PAGES:
+                backup_batch(batch)
+                batch, n = [], 0
+            batch.append(node)
+            n += len(node)
+        if batch:
+            backup_batch(batch)
+
+    def backup_batch(nodes):
         """Radix nodes (lists of page hashes) in one put batch: each node's pages one atomic group,
         continuing the page before its first (SGLang's backup thread batches pages the same way)."""
         storage = []
@@ -344,14 +379,26 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                 pool.free.append(pool.index.pop(h)[0])
         return [pool.free.pop() for _ in range(n)]
 
-    t_start = time.perf_counter()
     stream = request_stream(a)
+    lead = rank == 0  # the TP ranks of an instance move in lockstep: its rank 0 records requests
+    progress = inst == 0 and lead and not a.json
+    mine_total, done, hit_tokens, all_tokens, t_shown = stream.count(inst) if progress else 0, 0, 0, 0, 0.0
+    tty = sys.stderr.isatty()  # a terminal: one line redrawn; a log: a line every 10 s
+    cr = "\r" if tty else ""
+    requests = []  # per request (lead ranks): index, tokens, L1/L2/L3 hit tokens, modelled TTFT
+    t_start = time.perf_counter()
     cur = {k: 0 for k in totals}
     for turn, batch in stream.rounds():
         r_tot = cur = {k: 0 for k in totals}
         t_round = time.perf_counter()
-        mine = [(sid, tokens, out) for sid, at, tokens, out in batch if at == inst]
-        for i, (sid, tokens, out) in enumerate(mine):
+        mine = [(sid, tokens, out, arrival) for sid, at, tokens, out, arrival in batch if at == inst]
+        for i, (sid, tokens, out, arrival) in enumerate(mine):
+            # --speedup: the request arrives at its trace time, compressed; closed loop: when the rank is free.
+            due = t_start + arrival / a.speedup if a.speedup and arrival is not None else None
+            if due is not None and due > time.perf_counter():
+                time.sleep(due - time.perf_counter())
+            t_req = time.perf_counter()
+            arrived = t_req if due is None else due
             full = len(tokens) // a.page_tokens
             hashes, prev = [], ""
             for p in range(full):
@@ -413,8 +460,10 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                 for h, s in zip(compute, slots_):
                     pool.write(s, expected_page(h, rank, page_bytes))
                     pool.index[h] = (s, False)
-                if a.write_policy == "write_through":
-                    backup(compute)
+            # TTFT: from arrival to the prompt's KV in L1 (queueing, lookups, restores, the modelled prefill).
+            ttft_ms = (time.perf_counter() - arrived) * 1e3
+            if compute and a.write_policy == "write_through":
+                backup(compute)
             settle()
             r_tot["requests"] += 1
             r_tot["tokens"] += len(tokens)
@@ -422,9 +471,20 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
             r_tot["l2"] += (from_host + restored - remote) * a.page_tokens
             r_tot["l3"] += remote * a.page_tokens
             r_tot["recomputed"] += len(tokens) - (l1 + from_host + restored) * a.page_tokens
-            if inst == 0 and rank == 0 and not a.json and not a.quiet and (i % 16 == 0 or i == len(mine) - 1):
-                print(f"\r  round {turn + 1}/{a.turns}  requests {i + 1}/{len(mine)} on instance 0", end="",
-                      flush=True)
+            if lead:
+                requests.append((sid, len(tokens), l1 * a.page_tokens, (from_host + restored - remote) * a.page_tokens,
+                                 remote * a.page_tokens, round(ttft_ms, 3), round((t_req - arrived) * 1e3, 3)))
+            if progress:  # on stderr, at most twice a second: requests done, hits so far, time left
+                done += 1
+                hit_tokens += (l1 + from_host + restored) * a.page_tokens
+                all_tokens += len(tokens)
+                now = time.perf_counter()
+                if now - t_shown > (0.5 if tty else 10) or done == mine_total:
+                    t_shown, el = now, now - t_start
+                    eta = el / done * (mine_total - done)
+                    print(f"{cr}  {a.progress_label}round {turn + 1}/{a.turns}, requests {done}/{mine_total} on "
+                          f"instance 0, hits {100 * hit_tokens / max(1, all_tokens):.1f}% of tokens so far, "
+                          f"{el:.0f} s, about {eta:.0f} s left  ", end="" if tty else "\n", file=sys.stderr, flush=True)
         r_tot["seconds"] = time.perf_counter() - t_round
         # A turn follows the previous turn of its session: the round ends on every instance, its
         # backups published, before the next begins (a migrated session finds its history).
@@ -441,6 +501,8 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         settle()
         time.sleep(0.001)
     totals["seconds"] = time.perf_counter() - t_start
+    if progress and tty:
+        print(file=sys.stderr, flush=True)
     def survive(fn, *args):
         """A call at the end of the run, after crash chaos perhaps: the owner may have restarted
         (map its new generation) or be on its way back, the master too (try again)."""
@@ -476,6 +538,7 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
         host_state = {"pages": len(host.index), "not_in_store": only, "evicted": host.evicted}
     client.close()
     out_q.put({"instance": inst, "rank": rank, "totals": totals, "rounds": per_round, "host_pool": host_state,
+               "requests": requests,
                "latency_us": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "n": len(v), "sum_s": sum(v) / 1e6}
                               for k, v in lat.items()},
                "counters": backend.counters, "owner_stats": stats, "master_stats": mstats})
@@ -541,6 +604,19 @@ def main(argv=None):
                     help="--trace: which instance takes a request: round-robin, or by its first block")
     ap.add_argument("--round-ms", type=int, default=60000,
                     help="--trace: trace time per round (a round ends on every instance before the next)")
+    ap.add_argument("--speedup", type=float, default=None,
+                    help="--trace: requests arrive at their trace times divided by this (queueing counts in TTFT); "
+                         "default: closed loop (each instance takes its next request when it is free)")
+    ap.add_argument("--model-preset", choices=sorted(MODEL_PRESETS), default=None,
+                    help="a real model's KV bytes per token (bf16; split across TP ranks but for MLA), shrunk by "
+                         "--scale: sets --item-bytes")
+    ap.add_argument("--bytes-per-token", type=int, default=None,
+                    help="KV bytes per token of the whole model (instead of a preset's), shrunk by --scale")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="with --model-preset/--bytes-per-token: every page's bytes times this (default: a page "
+                         f"of {SMALLEST_SLOT} bytes, an owner's smallest slot), so the working set fits the machine")
+    ap.add_argument("--requests-out", default=None, metavar="FILE",
+                    help="write one JSON line per request: its index, tokens, L1/L2/L3 hit tokens, modelled TTFT")
     ap.add_argument("--sessions", type=int, default=96)
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--tp", type=int, default=2, choices=[1, 2])
@@ -575,7 +651,8 @@ def main(argv=None):
                     help="the owners' eviction_interval_ms (default: the owner's, 200)")
     ap.add_argument("--page-tokens", type=int, default=PAGE_TOKENS_DEFAULT)
     ap.add_argument("--item-bytes", type=int, default=64, help="bytes per token per rank in this stand-in")
-    ap.add_argument("--gpu-pages", type=int, default=512, help="pages in each rank's bounded pool")
+    ap.add_argument("--gpu-pages", type=int, default=None,
+                    help="pages in each rank's bounded pool, L1 (default 512; --trace: twice its longest request)")
     ap.add_argument("--gpu", action="store_true",
                     help="the pool in real GPU memory (PyTorch), pages moved by Fluxon's CUDA kernels")
     ap.add_argument("--system-prompts", type=int, default=4)
@@ -625,6 +702,25 @@ def main(argv=None):
     ap.add_argument("--hot-share", type=float, default=0.45,
                     help="--compare, unified: the instance owners' hot-tier share (owner-hot write-back + demotion)")
     a = ap.parse_args(argv)
+    if a.speedup is not None and (not a.trace or a.speedup <= 0):
+        ap.error("--speedup: needs --trace and a positive factor")
+    a.model_note = f"{a.item_bytes} bytes per token per rank (a stand-in, no model's)"
+    if a.model_preset or a.bytes_per_token is not None:
+        preset = MODEL_PRESETS.get(a.model_preset, {"name": "the model", "bytes_per_token": 0, "mla": False})
+        bpt = a.bytes_per_token if a.bytes_per_token is not None else preset["bytes_per_token"]
+        if bpt <= 0:
+            ap.error(f"--bytes-per-token: must be positive, not {bpt}")
+        per_rank = bpt if preset["mla"] else bpt / a.tp
+        real_page = per_rank * a.page_tokens
+        scale = a.scale if a.scale is not None else SMALLEST_SLOT / real_page
+        if not 0 < scale <= 1:
+            ap.error(f"--scale: must be in (0, 1], not {scale:g}")
+        a.item_bytes, a.scale = max(1, round(per_rank * scale)), scale
+        a.model_note = (f"{preset['name']}: {bpt} KV bytes per token, {per_rank:.0f} per rank (TP {a.tp}"
+                        f"{', MLA: whole on every rank' if preset['mla'] else ''}); scale {scale:.3g} (1/{1 / scale:.0f})"
+                        f": a page of {a.page_tokens} tokens is {a.item_bytes * a.page_tokens} bytes here for "
+                        f"{real_page / 2**20:.2f} MiB on a real rank")
+    a.progress_label = ""
     if a.trace:  # checked whole before anything starts: a malformed line is named with its field
         from fluxon.trace import TraceError, load_trace
         if a.round_ms <= 0:
@@ -638,8 +734,16 @@ def main(argv=None):
             ap.error(f"--trace: {a.trace}:{big.line}: field 'hash_ids': block id {max(big.hash_ids)} is over "
                      f"{TraceRequests.MAX_BLOCK_ID} (this replay gives each block 512 32-bit token ids)")
         a.trace_requests = reqs  # the ranks replay exactly what was checked
+        longest = max(reqs, key=lambda r: r.input_length)
+        need = longest.input_length // a.page_tokens
+        if a.gpu_pages is None:
+            a.gpu_pages = max(512, 2 * need)
+        elif a.gpu_pages < need:
+            ap.error(f"--gpu-pages: {a.gpu_pages} pages of {a.page_tokens} tokens cannot hold the request of "
+                     f"{a.trace}:{longest.line} ({longest.input_length} tokens, {need} full pages)")
         a.turns = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) // a.round_ms + 1  # rounds
         a.sessions = len(reqs)
+    a.gpu_pages = 512 if a.gpu_pages is None else a.gpu_pages
     a.master_keys = ""
     if a.master_tiers:
         try:
@@ -652,7 +756,6 @@ def main(argv=None):
             f", replica_writeback_tier1_capacity_ratio: {t1}" if t1 else "")
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
     a.pythonpath = str(Path(__file__).resolve().parent.parent)
-    a.quiet = bool(a.compare)  # --compare prints its own progress
     if a.compare:
         return compare(a)
     a.prefill_tok_s = a.prefill_tok_s or 0.0
@@ -671,7 +774,7 @@ def trace_pages(a):
     pages, tokens_total = [], 0
     pt = a.page_tokens
     for _turn, batch in request_stream(a).rounds():
-        for _sid, _inst, tokens, _out in batch:
+        for _sid, _inst, tokens, _out, _arrival in batch:
             prev, req = "", []
             for p in range(len(tokens) // pt):
                 prev = page_hash(prev, tokens[p * pt:(p + 1) * pt])
@@ -735,7 +838,9 @@ def summarize(a, run) -> dict:
     physical = used * page_bytes + sum(h["pages"] for h in host) * page_bytes
     logical = (ms.get("routes", 0) + sum(h["not_in_store"] for h in host)) * page_bytes
     errors = run["verify_failures"] + ctr["backup_failed"] + ctr["backup_write_failed"] + ctr["restore_failed"]
+    tt = r0["ttft_ms"]
     return {"mode": a.mode, "req_s": t["requests"] / t["seconds"], "seconds": t["seconds"],
+            "ttft_p50_ms": tt["p50"], "ttft_p90_ms": tt["p90"], "ttft_p99_ms": tt["p99"],
             "l1": 100 * t["l1"] / tok, "l2": 100 * t["l2"] / tok, "l3": 100 * t["l3"] / tok,
             "total": 100 * (t["l1"] + t["l2"] + t["l3"]) / tok, "recomputed": t["recomputed"],
             "l3_joined_pages": t["l3_joined"], "l3_leader_pages": t["l3_leader"],
@@ -774,12 +879,16 @@ def compare(a) -> int:
     trace, trace_tokens = trace_pages(a)
     ws_pages = len({h for req in trace for h in req})
     ws = ws_pages * page_bytes * a.tp
+    # An infinite cache on exactly the references replayed: every page read again is found (MIN at
+    # the working set's size).
+    ceiling = min_bound_pct(trace, trace_tokens, a.page_tokens, ws_pages)
     if not a.json:
         what = (f"{a.trace}: {a.sessions} requests in {a.turns} rounds of {a.round_ms} ms, router {a.router}"
                 if a.trace else f"{a.sessions} sessions x {a.turns} turns, seed {a.seed}")
         print(f"trace: {what}, {a.instances} instance(s) x TP {a.tp}; "
               f"working set {ws_pages} pages per rank = {ws / 2**20:.1f} MiB; L1 {a.gpu_pages} pages per rank; "
-              f"prefill modelled at {a.prefill_tok_s:.0f} tokens/s per rank")
+              f"prefill modelled at {a.prefill_tok_s:.0f} tokens/s per rank; an infinite cache finds "
+              f"{ceiling:.1f}% of the tokens\n  bytes: {a.model_note}")
     rows = []
     base_prefix = a.key_prefix
     for point in points:
@@ -804,26 +913,33 @@ def compare(a) -> int:
                 b.hot_writeback = a.hot_share
                 b.eviction_order = a.eviction_order or "prefix_depth"
                 b.writeback_demote = a.writeback_demote or "off"
-            if not a.json:
-                print(f"  capacity {point:g}%: {mode} ...", end="", flush=True)
+            b.progress_label = f"capacity {point:g}% {mode}: "
             row = summarize(b, run_once(b))
             row.update({"capacity_pct": point, "capacity_bytes": l3 + l2_owner * a.instances, "l3_bytes": l3,
-                        "l2_bytes": l2_owner * a.instances, "min_bound": bound})
+                        "l2_bytes": l2_owner * a.instances, "min_bound": bound,
+                        # the issue's row: one per mode and point
+                        "hit_tokens_pct": row["total"], "l1_pct": row["l1"], "l2_pct": row["l2"], "l3_pct": row["l3"],
+                        "req_per_s": row["req_s"], "min_bound_pct": bound, "ceiling_pct": ceiling})
             rows.append(row)
             if not a.json:
-                print(f" {row['total']:.1f}% hits, {row['req_s']:.1f} req/s")
+                print(f"  capacity {point:g}%: {mode}: {row['total']:.1f}% hits (MIN {bound:.1f}%, ceiling "
+                      f"{ceiling:.1f}%), {row['req_s']:.1f} req/s, TTFT p50 {row['ttft_p50_ms']:.1f} ms p99 "
+                      f"{row['ttft_p99_ms']:.1f} ms", flush=True)
     ok = all(r["errors"] == 0 and r["reconciled"] for r in rows)
     if a.json:
         print(json.dumps({"config": {k: v for k, v in vars(a).items() if k not in ("pythonpath", "trace_requests")},
-                          "working_set_bytes": ws, "rows": rows}, indent=1))
+                          "model": a.model_note, "working_set_bytes": ws, "ceiling_pct": ceiling, "rows": rows},
+                         indent=1))
         return 0 if ok else 1
     print()
-    print(f"{'cap%':>5} {'MiB':>6} {'mode':>8} {'req/s':>7} {'L1%':>5} {'L2%':>5} {'L3%':>5} {'total%':>6} "
+    print(f"{'cap%':>5} {'MiB':>6} {'mode':>8} {'req/s':>7} {'TTFT50':>7} {'TTFT99':>7} {'L1%':>5} {'L2%':>5} "
+          f"{'L3%':>5} {'total%':>6} {'MIN%':>5} {'ceil%':>5} "
           f"{'joined':>6} {'leader':>6} {'rgets':>6} {'repl':>5} {'wback':>5} {'demoted':>7} {'phys MB':>7} "
           f"{'logic MB':>8} {'slots used/free':>15} {'err':>3}")
     for r in rows:
         print(f"{r['capacity_pct']:5g} {r['capacity_bytes'] / 2**20:6.1f} {r['mode']:>8} {r['req_s']:7.1f} "
-              f"{r['l1']:5.1f} {r['l2']:5.1f} {r['l3']:5.1f} {r['total']:6.1f} {r['l3_joined_pages']:6d} "
+              f"{r['ttft_p50_ms']:7.1f} {r['ttft_p99_ms']:7.1f} {r['l1']:5.1f} {r['l2']:5.1f} {r['l3']:5.1f} "
+              f"{r['total']:6.1f} {r['min_bound_pct']:5.1f} {r['ceiling_pct']:5.1f} {r['l3_joined_pages']:6d} "
               f"{r['l3_leader_pages']:6d} {r['remote_gets']:6d} {r['replica_tasks']:5d} {r['writeback_tasks']:5d} "
               f"{r['demoted_keys']:7d} {r['physical_bytes'] / 1e6:7.1f} {r['logical_bytes'] / 1e6:8.1f} "
               f"{str(r['slots_used']) + '/' + str(r['slots_free']):>15} {r['errors']:3d}"
@@ -1278,6 +1394,16 @@ def run_once(a):
         r0["rounds"].append({k: (max if k == "seconds" else sum)(x["rounds"][i][k] for x in leads)
                              for k in leads[0]["rounds"][i]})
     r0["latency_us"] = leads[0]["latency_us"]
+    # Per request, every instance's (its rank 0's record): the modelled TTFT's percentiles over all of them.
+    r0["requests"] = sorted((q for x in leads for q in x["requests"]), key=lambda q: q[0])
+    ttft = [q[5] for q in r0["requests"]]
+    r0["ttft_ms"] = {"p50": pct(ttft, 0.5), "p90": pct(ttft, 0.9), "p99": pct(ttft, 0.99),
+                     "queued_p50": pct([q[6] for q in r0["requests"]], 0.5)}
+    if a.requests_out:
+        with open(a.requests_out, "w") as f:
+            for q in r0["requests"]:
+                f.write(json.dumps(dict(zip(("request", "tokens", "l1_tokens", "l2_tokens", "l3_tokens", "ttft_ms",
+                                             "queued_ms"), q))) + "\n")
     r0["counters"] = {k: sum(x["counters"][k] for x in leads) for k in leads[0]["counters"]}
     # Split: every instance is attached to the one store, whose state each lead saw: count it once.
     r0["owner_stats"] = leads[0]["owner_stats"] if split else \
@@ -1289,8 +1415,11 @@ def run_once(a):
         st.get(f"reclaim_{e}_bytes_total", 0) for e in ("committed", "restored", "obsolete")) + \
         st.get("pending_eviction_reclaim_bytes", 0)
     bad = sum(r["totals"]["verify_failures"] for r in results)
+    for r in results:  # the per-request records go to --requests-out, not into every rank's report
+        r.pop("requests", None)
     report = {"config": {k: v for k, v in vars(a).items() if k not in ("pythonpath", "trace_requests")}, "ranks": results,
-              "totals": r0["totals"], "rounds": r0["rounds"], "master": r0["master_stats"], "owners": owners}
+              "totals": r0["totals"], "ttft_ms": r0["ttft_ms"], "model": a.model_note, "rounds": r0["rounds"],
+              "master": r0["master_stats"], "owners": owners}
     ok = reconciled and bad == 0
     if chaos:
         ch = report["chaos"] = chaos.report
@@ -1319,10 +1448,18 @@ def print_report(a, run):
           f"{100 * (t['l1'] + t['l2'] + t['l3']) / tok:.1f}%; recomputed {t['recomputed']} tokens; "
           f"{t['remote_restores']} of {t['restores']} restores fetched from a remote owner; "
           f"backup {t['backup_bytes'] / 1e6:.1f} MB, restore {t['restore_bytes'] / 1e6:.1f} MB")
+    tt = r0["ttft_ms"]
+    print(f"  TTFT (modelled): p50 {tt['p50']:.1f} ms  p90 {tt['p90']:.1f} ms  p99 {tt['p99']:.1f} ms over "
+          f"{len(r0['requests'])} requests (queued p50 {tt['queued_p50']:.1f} ms); "
+          + (f"arrivals at trace time / {a.speedup:g}" if a.speedup else "closed loop")
+          + (f", prefill {a.prefill_tok_s:.0f} tokens/s per rank" if a.prefill_tok_s else ", no prefill modelled")
+          + "; pages moved at the bytes below, not the model's")
+    print(f"  bytes: {a.model_note}")
     for k, v in r0["latency_us"].items():
         note = "  (observed at the next scheduler poll)" if k == "commit_to_future" else ""
         print(f"  {k:<17} p50 {v['p50']:8.1f} us  p99 {v['p99']:8.1f} us  ({v['n']} calls, instance 0 rank 0){note}")
-    own, lu = r0["totals"], r0["latency_us"]
+    # Instance 0 rank 0's own time (r0's totals add the instances' prefill up: more than one clock).
+    own, lu = results[0]["totals"], r0["latency_us"]
     calls = {k: lu[k]["sum_s"] for k in ("put_start", "get_start", "get_transfer")}
     rest = own["seconds"] - own["prefill_seconds"] - own["round_wait_seconds"] - sum(calls.values())
     print(f"  time of instance 0 rank 0: {own['seconds']:.2f} s = modelled prefill {own['prefill_seconds']:.2f} s + "

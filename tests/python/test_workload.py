@@ -305,3 +305,61 @@ def test_replay_refuses_a_block_id_its_token_mapping_cannot_take(tmp_path):
     out = subprocess.run([FLUXON_BIN, "replay", str(big)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert f"{big}:1: field 'hash_ids': block id 9000000 is over 8388607" in out.stderr, out.stderr
+
+
+def test_replay_paces_arrivals_by_trace_time_and_reports_ttft_per_request(tmp_path):
+    """--speedup: requests arrive at their trace times / the factor (the run cannot end before the
+    last one arrives), each request's modelled TTFT (from its arrival: queueing included) and hits go
+    to --requests-out, and --model-preset shrinks a real model's pages by the scale it reports."""
+    from fluxon.trace import load_trace
+    reqs = load_trace(TRACE, 40)
+    span_s = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) / 1000.0
+    lines = tmp_path / "requests.jsonl"
+    out = run("--trace", str(TRACE), "--max-requests", "40", "--instances", "2", "--tp", "1", "--speedup", "2",
+              "--model-preset", "llama3-8b", "--prefill-tok-s", "1000000", "--requests-out", str(lines), "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    assert rep["totals"]["seconds"] >= span_s / 2  # paced: the 40th request came at 12 s / 2
+    assert rep["config"]["item_bytes"] * rep["config"]["page_tokens"] == 4096  # the default scale: 4 KiB pages
+    assert "Llama-3-8B: 131072 KV bytes per token" in rep["model"] and "1/2048" in rep["model"]
+    recs = [json.loads(x) for x in lines.read_text().splitlines()]
+    assert [r["request"] for r in recs] == list(range(40))
+    assert [r["tokens"] for r in recs] == [q.input_length for q in reqs]
+    for r in recs:
+        assert r["ttft_ms"] >= r["queued_ms"] >= 0
+        assert r["l1_tokens"] + r["l2_tokens"] + r["l3_tokens"] <= r["tokens"]
+    t = rep["totals"]
+    assert sum(r["l1_tokens"] for r in recs) == t["l1"] and sum(r["l3_tokens"] for r in recs) == t["l3"]
+    tt = rep["ttft_ms"]
+    assert 0 < tt["p50"] <= tt["p90"] <= tt["p99"] <= max(r["ttft_ms"] for r in recs)
+
+
+def test_replay_compare_prints_a_json_row_per_mode_and_point_with_min_and_ceiling():
+    """--compare on the trace: one row per mode and capacity point with the issue's fields; hits never
+    above Belady's MIN of the same bytes, MIN never above the infinite cache on the references replayed."""
+    from fluxon.trace import load_trace, prefix_ceiling
+    out = run("--trace", str(TRACE), "--max-requests", "60", "--instances", "2", "--tp", "1", "--page-tokens", "256",
+              "--gpu-pages", "400", "--compare", "split,unified", "--capacity", "50", "--grant", "256KiB",
+              "--bytes-per-token", "16384", "--scale", "0.001", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    assert [r["mode"] for r in rep["rows"]] == ["split", "unified"]
+    for r in rep["rows"]:
+        for f in ("mode", "capacity_pct", "hit_tokens_pct", "l1_pct", "l2_pct", "l3_pct", "ttft_p50_ms",
+                  "ttft_p99_ms", "req_per_s", "min_bound_pct", "ceiling_pct"):
+            assert f in r, f
+        assert r["capacity_pct"] == 50 and r["errors"] == 0
+        assert abs(r["hit_tokens_pct"] - (r["l1_pct"] + r["l2_pct"] + r["l3_pct"])) < 1e-6
+        assert r["hit_tokens_pct"] <= r["min_bound_pct"] + 1e-9 <= r["ceiling_pct"] + 2e-9
+        assert r["ttft_p50_ms"] <= r["ttft_p99_ms"] and r["req_per_s"] > 0
+    # Every page read again counts in the ceiling: at least a leading-run prefix cache's share.
+    assert rep["ceiling_pct"] >= prefix_ceiling(load_trace(TRACE, 60))["ceiling_tokens_pct"] - 1e-6
+    assert rep["config"]["item_bytes"] == 16  # 16384 bytes per token x 0.001
+
+
+def test_replay_refuses_an_l1_smaller_than_a_request_naming_it():
+    out = subprocess.run([FLUXON_BIN, "replay", str(TRACE), "--max-requests", "5", "--gpu-pages", "10"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert re.search(r"--gpu-pages: 10 pages of 64 tokens cannot hold the request of .*:\d+ \(\d+ tokens", out.stderr), \
+        out.stderr
