@@ -16,6 +16,7 @@ using namespace fluxon;
 static int usage() {
   std::fprintf(stderr,
                "usage:\n"
+               "  fluxon --version\n"
                "  fluxon master --config FILE [--index N]  (N: its entry in masters:, the HA mode)\n"
                "  fluxon owner  --config FILE [--node-id N]\n"
                "  fluxon cluster up|down|status|cleanup FILE\n"
@@ -48,6 +49,10 @@ static Result<ClusterConfig> load(const std::string& path) {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("fluxon %s\n", FLUXON_VERSION);
+    return 0;
+  }
   std::string config;
   uint32_t node_id = 0;
   int index = 0;

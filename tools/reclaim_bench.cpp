@@ -4,6 +4,8 @@
 // the same run, on the same owner and master cores. Every message is encoded and decoded as on the
 // wire; the network itself is not in it (a loopback round trip is ~20-50 us: see `fluxon bench`).
 //   build/tools/fluxon_reclaim_bench [--keys N] [--cohort G] [--reps R]   (defaults 16384, 4, 5)
+//   build/tools/fluxon_reclaim_bench --puts [--keys N] [--reps R]: the put path alone (put_start,
+//   commit, the publication and its answer; batches of 128 keys as `fluxon bench` puts them)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -88,12 +90,12 @@ struct Pair {
     }
     return std::move(replies.back());
   }
-  void fill(const std::string& prefix, uint64_t keys, uint32_t cohort) {
+  void fill(const std::string& prefix, uint64_t keys, uint32_t cohort, bool grouped = true) {
     for (uint64_t b = 0; b < keys / cohort; ++b) {
       wire::PutStartReqT p;
       for (uint32_t i = 0; i < cohort; ++i) p.keys.push_back(prefix + std::to_string(b * cohort + i));
       p.value_len = 4096;
-      p.atomic_group_lens = {cohort};
+      if (grouped) p.atomic_group_lens = {cohort};
       auto r = request(make_envelope(std::move(p)));
       if (!r.body.AsPutStartReply()) {
         std::fprintf(stderr, "put_start failed: %s\n", envelope_status(r).to_string().c_str());
@@ -112,11 +114,33 @@ struct Pair {
 int main(int argc, char** argv) {
   uint64_t keys = 16384, reps = 5;
   uint32_t cohort = 4;
-  for (int i = 1; i + 1 < argc; ++i) {
+  bool puts = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--keys") keys = std::stoull(argv[++i]);
+    if (a == "--puts") puts = true;
+    else if (i + 1 == argc) break;
+    else if (a == "--keys") keys = std::stoull(argv[++i]);
     else if (a == "--cohort") cohort = uint32_t(std::stoul(argv[++i]));
     else if (a == "--reps") reps = std::stoull(argv[++i]);
+  }
+  if (puts) {  // the owner's and master's cores for a put, codec included: no transport, no clock
+    std::vector<double> rates;
+    keys -= keys % 128;
+    for (uint64_t rep = 0; rep < reps; ++rep) {
+      Pair p(keys);
+      const auto t = std::chrono::steady_clock::now();
+      p.fill("bench:put:128:" + std::to_string(rep) + ":", keys, 128, false);
+      const double s = secs(t);
+      if (p.m.route_count() != keys || p.o.pool().counts().committed != keys) {
+        std::fprintf(stderr, "put run incomplete: %zu routes\n", p.m.route_count());
+        return 1;
+      }
+      rates.push_back(keys / s);
+    }
+    std::sort(rates.begin(), rates.end());
+    std::printf("put path, batches of 128 x 4 KiB, owner + master cores with the codec: %.0f keys/s = %.2f us/key "
+                "(median of %llu)\n", rates[rates.size() / 2], 1e6 / rates[rates.size() / 2], (unsigned long long)reps);
+    return 0;
   }
   keys -= keys % cohort;
   std::printf("capacity eviction of %llu keys in cohorts of %u, owner and master cores, codec included\n",

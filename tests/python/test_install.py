@@ -78,3 +78,17 @@ def test_pip_install_into_a_venv_of_another_python(tmp_path):
         assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
     finally:
         subprocess.run([vpy, "-m", "fluxon", "cluster", "down", str(cfg)], capture_output=True, text=True)
+
+
+def test_every_entry_point_says_one_version():
+    """`fluxon --version`, the Python package and pyproject.toml name the same release (CMake's
+    project version is where the binary's comes from)."""
+    import re
+    import tomllib
+    from conftest import FLUXON_BIN
+    import fluxon
+    out = subprocess.run([FLUXON_BIN, "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    py = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    cmake = re.search(r"project\(fluxon [^)]*VERSION ([0-9.]+)\)", (ROOT / "CMakeLists.txt").read_text()).group(1)
+    assert out.stdout.strip() == f"fluxon {fluxon.__version__}" == f"fluxon {py}" == f"fluxon {cmake}"
