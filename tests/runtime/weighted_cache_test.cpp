@@ -470,6 +470,72 @@ TEST_CASE("weighted cache: evict_some_if in recency order takes the least recent
   CHECK(gone[0].first == 0);
 }
 
+TEST_CASE("weighted cache: a Scan goes on where it stopped - k selections behind n ineligible entries cost n + O(k) judgments") {
+  // The owner's resident tier (unbounded, 4 shards): 4,000 entries nobody may take, coldest
+  // first, then 400 that may go. Selecting them one call at a time through one Scan judges each
+  // ineligible entry once; without the Scan every call walks all 4,000 again (1.6M judgments).
+  auto o = opts(1u << 30, nullptr, 4);
+  o.enforce_capacity = false;
+  using C = WeightedCache<uint64_t, uint64_t>;
+  C c(o);
+  for (uint64_t i = 0; i < 4400; ++i) (void)c.insert(i, i, 1);
+  uint64_t judged = 0;
+  auto pred = [&](const uint64_t& k, const uint64_t&) {
+    ++judged;
+    return k >= 4000;
+  };
+  C::Scan scan;
+  std::vector<std::pair<uint64_t, uint64_t>> gone;
+  for (int i = 0; i < 400; ++i) REQUIRE(c.evict_some_if(1, pred, &gone, C::Order::kPolicy, &scan) == 1);
+  REQUIRE(gone.size() == 400);
+  for (size_t i = 0; i < gone.size(); ++i) CHECK(gone[i].first == 4000 + i);  // still the coldest first
+  CHECK(judged < 4000 + 8 * 400);  // per call: each shard's candidate judged again, then the next one
+  // Without a Scan the same selections walk the ineligible entries every time.
+  C d(o);
+  for (uint64_t i = 0; i < 4400; ++i) (void)d.insert(i, i, 1);
+  judged = 0;
+  for (int i = 0; i < 40; ++i) REQUIRE(d.evict_some_if(1, pred, &gone) == 1);
+  CHECK(judged > 40 * 4000);
+}
+
+TEST_CASE("weighted cache: a Scan restarts a shard changed behind it and stops at its budget") {
+  auto o = opts(1u << 30, nullptr, 1);
+  o.enforce_capacity = false;
+  using C = WeightedCache<uint64_t, uint64_t>;
+  C c(o);
+  for (uint64_t i = 0; i < 100; ++i) (void)c.insert(i, i, 1);
+  std::set<uint64_t> allowed{50};
+  auto pred = [&](const uint64_t& k, const uint64_t&) { return allowed.count(k) != 0; };
+  C::Scan scan;
+  std::vector<std::pair<uint64_t, uint64_t>> gone;
+  REQUIRE(c.evict_some_if(1, pred, &gone, C::Order::kPolicy, &scan) == 1);
+  CHECK(gone.back().first == 50);
+  // An entry the walk passed may go now (the caller's pred changed): reset() sees it.
+  allowed = {10, 90};
+  scan.reset();
+  REQUIRE(c.evict_some_if(1, pred, &gone, C::Order::kPolicy, &scan) == 1);
+  CHECK(gone.back().first == 10);
+  // The walk stands at 90 now (the next candidate). A read moves 5 behind it, an insert adds 200,
+  // and 90 itself is removed: the shard changed, the walk starts again from the cold end - the
+  // cursor never follows the node that left (ASan would see it in the asan_ubsan build).
+  allowed = {5, 95, 200};
+  c.touch(5);
+  (void)c.insert(200, 200, 1);
+  (void)c.remove(90);
+  REQUIRE(c.evict_some_if(3, pred, &gone, C::Order::kPolicy, &scan) == 3);
+  CHECK(gone[gone.size() - 3].first == 95);  // 5 was read last: it is now among the newest
+  CHECK(gone[gone.size() - 2].first == 5);
+  CHECK(gone[gone.size() - 1].first == 200);
+  // A budget of 30 judgments: entry 40 lies past it, entry 20 within.
+  C::Scan small(30);
+  allowed = {40};
+  CHECK(c.evict_some_if(1, pred, &gone, C::Order::kPolicy, &small) == 0);
+  CHECK(small.budget_left() == 0);
+  C::Scan enough(30);
+  allowed = {20};
+  CHECK(c.evict_some_if(1, pred, &gone, C::Order::kPolicy, &enough) == 1);
+}
+
 TEST_CASE("weighted cache: touch_many leaves the cache exactly as touch one key at a time does") {
   // Two caches fed the same inserts over capacity; reads go through touch() in one and through
   // touch_many() in the other. Every shard sees the same reads in the same order, so both evict

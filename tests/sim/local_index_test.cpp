@@ -139,6 +139,24 @@ TEST_CASE("eviction: recoverable first - remote-complete cohorts go before colde
   CHECK(ev.select(ix, pool, 4096, 2 * 4096, 0, marks) == V{{4, 0}, {1, 0}});  // the pinned one last
 }
 
+TEST_CASE("eviction: the recoverable-first pass judges the cold end only (scan_limit) - a round costs a bounded walk, not every entry") {
+  // 100 entries, the newest remote-complete. With the whole order in reach, pass 0 finds it; with
+  // 2 entries per shard, it lies past the cold end and the round takes the coldest instead.
+  for (const uint64_t limit : {uint64_t(16384), uint64_t(2)}) {
+    ReservePool pool(1 << 20, 1 << 20, {});
+    LocalIndex ix(1 << 20, 0, false);
+    Eviction::Config cfg{true, 1 << 20, 0};
+    cfg.scan_limit = limit;
+    Eviction ev(cfg);
+    live_entries(pool, ix, 100);  // k0 the coldest ... k99 the newest (cohort {100, 0})
+    ix.mark_remote_complete({100, 0});
+    auto never = [](LocalIndex::CohortId) { return false; };
+    const Eviction::Marks none{never, never};
+    using V = std::vector<LocalIndex::CohortId>;
+    CHECK(ev.select(ix, pool, 4096, 4096, 0, none) == (limit == 2 ? V{{1, 0}} : V{{100, 0}}));
+  }
+}
+
 TEST_CASE("DepthOrder: stale first (oldest first), then the deepest, the least recently touched of a depth first") {
   DepthOrder o(/*stale_bytes=*/3 * 4096);
   o.admit("root", 0, 4096);

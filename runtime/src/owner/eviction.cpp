@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 namespace fluxon {
 
@@ -45,26 +46,45 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   // which has no GPU tier in front, and lost in `fluxon workload`: L2 hits 5.7% -> 3.4% with
   // write-through, 10.3% -> 5.5% with write-back, 8 MiB owner.)
   LocalIndex::Going going;
+  // A page the leaf walk passed may be a leaf now: the walk starts again from the cold end.
+  bool rejudge = false;
   // The rest of the exact cohort of chosen[at] goes with it (the same transaction); its parents
   // lose those children.
+  // The members leave the tier when the pass ends (`leaving`): removed now, they would send the
+  // pass's walk back to the cold end each time (a Scan resumes over its own removals only); until
+  // then `whole` keeps them from being judged again.
+  std::vector<std::pair<std::string, uint64_t>> leaving;
+  std::set<LocalIndex::CohortId> whole;
   auto rest_of_cohort = [&](size_t at) {
     uint64_t got = 0;
-    for (const auto& id : index.exact_cohort({chosen[at].second.put_id, chosen[at].second.group}))
+    for (const auto& id : index.exact_cohort({chosen[at].second.put_id, chosen[at].second.group})) {
+      whole.insert(id);
       if (const auto* keys = index.cohort(id))
         for (const auto& key : *keys) {
           if (key != chosen[at].first) {
             auto it = index.find(key);
-            if (it != index.end() && it->second.live && index.leave_resident(key, id.first))
-              got += pool.slot_size(it->second.slot);
+            if (it != index.end() && it->second.live) {
+              const auto r = index.resident().peek(key);
+              if (r && r->put_id == id.first) {
+                leaving.emplace_back(key, id.first);
+                got += pool.slot_size(it->second.slot);
+              }
+            }
           }
           if (const auto* p = index.parent_of(key)) {
             going[*p]++;
             auto pit = index.find(*p);  // judged before its children went: judge it again
             if (pit != index.end())
-              for (const auto& c : index.exact_cohort({pit->second.put_id, pit->second.group})) turned_down.erase(c);
+              for (const auto& c : index.exact_cohort({pit->second.put_id, pit->second.group}))
+                if (turned_down.erase(c)) rejudge = true;
           }
         }
+    }
     return got;
+  };
+  auto flush_leaving = [&] {
+    for (const auto& [key, put_id] : leaving) index.leave_resident(key, put_id);
+    leaving.clear();
   };
   // A leaf: no page continues any member of its exact cohort - none here, none on its way.
   auto is_leaf = [&](const LocalIndex::ResidentRef& r) {
@@ -86,7 +106,12 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
       judged_class = size_class;
     }
     const LocalIndex::CohortId id{r.put_id, r.group};
-    if (turned_down.count(id)) return false;
+    if (turned_down.count(id) || whole.count(id)) return false;
+    // Pass 0 wants the whole exact cohort remote-complete: this cohort first (no key lookup).
+    if (pass == 0 && !index.remote_complete(id)) {
+      turned_down.insert(id);
+      return false;
+    }
     // This key's own state (another key of the cohort may differ): not remembered.
     const auto it = find();
     if (it == index.end() || it->second.put_id != r.put_id || !it->second.live) return false;
@@ -101,9 +126,13 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     auto leaf = [&](const std::string& k, const LocalIndex::ResidentRef& r) {
       return eligible([&] { return index.find(k); }, r, size_class, true);
     };
+    // One walk for the whole pass (cfg_.scan_limit per shard): each pick goes on where the last
+    // one stopped, the cohorts turned down stay so (turned_down) but for parents losing children.
+    LocalIndex::Tier::Scan scan(cfg_.scan_limit);
     while (got < need) {
       const size_t at = chosen.size();
-      const uint64_t g = index.resident().evict_some_if(1, leaf, &chosen);
+      if (std::exchange(rejudge, false)) scan.reset();
+      const uint64_t g = index.resident().evict_some_if(1, leaf, &chosen, LocalIndex::Tier::Order::kPolicy, &scan);
       if (g == 0) break;
       index.left_resident(chosen[at].first);
       got += g + rest_of_cohort(at);
@@ -132,12 +161,15 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     }
     return got;
   };
+  // The preference pass (0: remote-complete only) looks at the cold end of the order only
+  // (cfg_.scan_limit entries per shard): past it, the later passes take the order as it is.
   auto any = [&](uint64_t need, uint64_t size_class) {
     const size_t at = chosen.size();
+    LocalIndex::Tier::Scan scan(pass == 0 ? cfg_.scan_limit : ~uint64_t(0));
     const uint64_t g = index.resident().evict_some_if(
         need, [&](const std::string& k, const LocalIndex::ResidentRef& r) {
           return eligible([&] { return index.find(k); }, r, size_class, false);
-        }, &chosen);
+        }, &chosen, LocalIndex::Tier::Order::kPolicy, &scan);
     for (size_t i = at; i < chosen.size(); ++i) index.left_resident(chosen[i].first);
     return g;
   };
@@ -149,6 +181,7 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
       if (pass == 1 && index.depth_order()) got += by_depth(want - got, size_class);
       else if (pass == 1 && index.chained()) got += leaves(want - got, size_class);
       else if (pass != 1) got += any(want - got, size_class);
+      flush_leaving();
     }
   std::vector<LocalIndex::CohortId> cohorts;
   cohorts.reserve(chosen.size());

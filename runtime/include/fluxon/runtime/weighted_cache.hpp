@@ -254,6 +254,16 @@ class WeightedCache {
     return s.index.find(h, key) != nullptr;
   }
 
+  // A copy of the value without recording an access (nullopt: absent).
+  std::optional<V> peek(const K& key) const {
+    const uint64_t h = hash_of(key);
+    const Shard& s = shard(h);
+    std::shared_lock<ShardLock> g(s.m);
+    const Node* n = s.index.find(h, key);
+    if (!n) return std::nullopt;
+    return n->value;
+  }
+
   // Explicit removal; reported with cause Explicit.
   std::optional<V> remove(const K& key) {
     return remove_if(key, [](const V&) { return true; }, /*want_value=*/true);
@@ -290,16 +300,46 @@ class WeightedCache {
   // order kRecency: the least recently used eligible entry of each shard, whatever its region (an
   // LRU order among the entries pred accepts: prefix-aware eviction's leaves, see Eviction).
   enum class Order : uint8_t { kPolicy, kRecency };
+  // A scan of the eviction order that goes on where it stopped (kPolicy order): each shard's walk
+  // resumes after the entries pred turned down, so selecting k entries behind n ineligible ones
+  // costs n + k calls of pred, not k * n (a whole core at 250,000 entries of an owner whose coldest
+  // pages were not recoverable: every selection walked them all again). Resuming assumes pred's
+  // answer for an entry it turned down holds while the Scan is used; reset() when it may not. A
+  // change of the shard by anything but the scan's own removals (a read replayed, an insert)
+  // restarts that shard's walk from its cold end. `budget`: at most that many calls of pred per
+  // shard over the Scan's life (resets included), the cold end first; then the shard offers
+  // nothing more.
+  class Scan {
+   public:
+    explicit Scan(uint64_t budget = ~uint64_t(0)) : budget_(budget) {}
+    void reset() {
+      for (auto& c : at_) c.valid = false;
+    }
+    // pred calls left in the shard with the fewest (tests and diagnostics).
+    uint64_t budget_left() const {
+      uint64_t b = budget_;
+      for (const auto& c : at_) b = std::min(b, c.budget);
+      return b;
+    }
+
+   private:
+    friend class WeightedCache;
+    uint64_t budget_;
+    std::vector<typename WeightedCache::Cursor> at_;
+  };
   template <class Pred>
   uint64_t evict_some_if(uint64_t bytes, Pred pred, std::vector<std::pair<K, V>>* selected_out,
-                         Order order = Order::kPolicy) {
+                         Order order = Order::kPolicy, Scan* scan = nullptr) {
     constexpr uint64_t kNone = ~uint64_t(0);
+    Scan own;
+    Scan& sc = scan ? *scan : own;
+    if (sc.at_.size() != shards_.size()) sc.at_.assign(shards_.size(), Cursor{sc.budget_});
     std::vector<uint64_t> stamp(shards_.size(), kNone);  // each shard's candidate's stamp, kNone: none
     auto peek = [&](size_t i) {
       Shard& s = *shards_[i];
       std::unique_lock<ShardLock> g(s.m);
       drain_reads(s);
-      const Node* n = s.first_eligible(pred, order);
+      const Node* n = s.first_eligible(pred, order, sc.at_[i]);
       stamp[i] = n ? n->stamp : kNone;
     };
     for (size_t i = 0; i < shards_.size(); ++i) peek(i);
@@ -314,11 +354,16 @@ class WeightedCache {
       {
         std::unique_lock<ShardLock> g(s.m);
         drain_reads(s);
-        Node* n = s.first_eligible(pred, order);
+        Cursor& c = sc.at_[best];
+        Node* n = s.first_eligible(pred, order, c);
         if (n && n->stamp <= stamp[best]) {
           selected += n->weight;
+          // The walk goes on after n: its own removal leaves the cursor valid.
+          const bool valid = c.valid && c.mods == s.mods;
+          if (c.at == n) c.at = s.list(n->region).after(n);
           s.erase(*n, RemovalCause::kSize, ev);
-          n = s.first_eligible(pred, order);
+          if (valid) c.mods = s.mods;
+          n = s.first_eligible(pred, order, c);
         }
         stamp[best] = n ? n->stamp : kNone;  // (used since the peek: compared again)
       }
@@ -469,6 +514,15 @@ class WeightedCache {
 
  private:
 
+  // Where a Scan's walk of one shard stands: the next entry to judge in region kOrder[region].
+  struct Cursor {
+    uint64_t budget = ~uint64_t(0);
+    bool valid = false;
+    uint64_t mods = 0;  // the shard's mods when `at` was last known to be linked
+    int region = 0;
+    Node* at = nullptr;
+  };
+
   struct Shard {
     explicit Shard(uint64_t entries) : sketch(entries) {}
     mutable ShardLock m;
@@ -482,6 +536,7 @@ class WeightedCache {
     FrequencySketch sketch;
     double share = 0;  // the window share window_cap was computed for
     size_t id = 0;
+    uint64_t mods = 0;  // changes of the lists' order (a Cursor is valid while it holds)
     // The stamp of the entry this shard would evict next (the older of the window's and
     // probation's LRU ends), for other shards deciding where capacity is worth least.
     std::atomic<uint64_t> coldest{~uint64_t(0)};
@@ -536,6 +591,7 @@ class WeightedCache {
       sketch.increment(n.hash);
       n.stamp = now;
       n.referenced.store(false, std::memory_order_relaxed);
+      ++mods;
       if (n.region == Region::kProbation) {
         promote(n, nullptr);
         return;
@@ -545,12 +601,14 @@ class WeightedCache {
     }
     List& list(Region r) { return lists[int(r)]; }
     void link(Region r, Node& n) {
+      ++mods;
       n.region = r;
       list(r).push_back(n);
       w[int(r)] += n.weight;
       total_w.fetch_add(n.weight, std::memory_order_relaxed);
     }
     void unlink(Node& n) {
+      ++mods;
       List::unlink(n);
       w[int(n.region)] -= n.weight;
       total_w.fetch_sub(n.weight, std::memory_order_relaxed);
@@ -604,13 +662,33 @@ class WeightedCache {
     }
     // The first entry pred accepts in eviction order (probation, window, protected, each from its
     // LRU end), or with kRecency the least recently used of each list's first: null if none.
+    // kPolicy walks on from `c` (Scan); kRecency looks at each list from its LRU end.
     template <class Pred>
-    Node* first_eligible(Pred& pred, Order order) {
+    Node* first_eligible(Pred& pred, Order order, Cursor& c) {
+      static constexpr Region kOrder[3] = {Region::kProbation, Region::kWindow, Region::kProtected};
+      if (order == Order::kPolicy) {
+        if (!c.valid || c.mods != mods) {
+          c.valid = true;
+          c.mods = mods;
+          c.region = 0;
+          c.at = list(kOrder[0]).front();
+        }
+        while (c.region < 3) {
+          for (; c.at; c.at = list(kOrder[c.region]).after(c.at)) {
+            if (c.budget == 0) return nullptr;
+            --c.budget;
+            if (pred(c.at->key_storage, c.at->value)) return c.at;
+          }
+          if (++c.region < 3) c.at = list(kOrder[c.region]).front();
+        }
+        return nullptr;
+      }
       Node* best = nullptr;
-      for (Region r : {Region::kProbation, Region::kWindow, Region::kProtected})
+      for (Region r : kOrder)
         for (Node* n = list(r).front(); n; n = list(r).after(n)) {
+          if (c.budget == 0) return best;
+          --c.budget;
           if (!pred(n->key_storage, n->value)) continue;
-          if (order == Order::kPolicy) return n;
           if (!best || n->stamp < best->stamp) best = n;
           break;
         }
