@@ -721,6 +721,11 @@ def main(argv=None):
                         f": a page of {a.page_tokens} tokens is {a.item_bytes * a.page_tokens} bytes here for "
                         f"{real_page / 2**20:.2f} MiB on a real rank")
     a.progress_label = ""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _stop)
     if a.trace:  # checked whole before anything starts: a malformed line is named with its field
         from fluxon.trace import TraceError, load_trace
         if a.round_ms <= 0:
@@ -1262,6 +1267,14 @@ def chaos_check(metrics_ports, master_port, chaos) -> dict:
             "bystander_ok": c[2] == 0 and c[0] > 0}
 
 
+class Stopped(SystemExit):
+    """SIGTERM or SIGHUP: the run unwinds as on Ctrl-C - its cluster goes down, its files go."""
+
+
+def _stop(signum, _frame):
+    raise Stopped(128 + signum)
+
+
 def run_once(a):
     """One run: the private cluster (or --config's), the rank processes, their results added up."""
     if a.replica_policy is None:
@@ -1335,11 +1348,11 @@ def run_once(a):
                          "--remote-cache 1, no --config)")
     owners = []
     chaos = None
+    procs = []
     try:
         ctx = mp.get_context("spawn")
         round_barrier = ctx.Barrier(a.tp * a.instances)
         q = ctx.Queue()
-        procs = []
         # Kept referenced until the ranks are done: a collected Barrier unlinks its semaphores.
         collectives = [(ctx.Barrier(a.tp), ctx.Array("q", a.tp)) for _ in range(a.instances)]
         for inst, (barrier, slots) in enumerate(collectives):
@@ -1376,12 +1389,19 @@ def run_once(a):
             chaos.report = chaos_check(metrics_ports, master_metrics, chaos)
         owners = owner_slots(metrics_ports)
     finally:
+        # Stopped or failed midway: the ranks go first (left alone they would replay on against a
+        # cluster that is gone, and the interpreter's exit would wait for them).
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
         if chaos:
             chaos.finish()  # (again, when a rank failed: the bystander goes before the cluster)
         if cluster:
             subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
-            # The private cluster's run_dir goes with it; a failed run keeps its logs and says where.
-            if sys.exc_info()[0] is None:
+            # The private cluster's run_dir goes with it; a failed run keeps its logs and says where
+            # (a run stopped by the user - Ctrl-C, SIGTERM - keeps nothing).
+            if sys.exc_info()[0] in (None, KeyboardInterrupt, Stopped):
                 shutil.rmtree(cluster[1].parent, ignore_errors=True)
             else:
                 print(f"workload: the daemons' logs are in {cluster[1].parent}", file=sys.stderr)

@@ -363,3 +363,35 @@ def test_replay_refuses_an_l1_smaller_than_a_request_naming_it():
     assert out.returncode == 2
     assert re.search(r"--gpu-pages: 10 pages of 64 tokens cannot hold the request of .*:\d+ \(\d+ tokens", out.stderr), \
         out.stderr
+
+
+def test_replay_stopped_by_sigterm_takes_its_cluster_down_and_leaves_nothing(tmp_path):
+    """A replay killed with SIGTERM (a user's `kill`, a job scheduler) mid-run: its private cluster
+    goes down - no daemon, no /dev/shm segment - and its temporary tree goes too."""
+    import os
+    import signal
+    import time
+    shm_before = set(os.listdir("/dev/shm"))  # segments, and multiprocessing's semaphores
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen([FLUXON_BIN, "replay", str(TRACE), "--max-requests", "3000", "--instances", "2",
+                          "--tp", "1", "--remote-cache", "1", "--page-tokens", "512"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        seen = ""
+        deadline = time.time() + 120
+        while "requests" not in seen and time.time() < deadline:  # the first progress line: running
+            seen += p.stderr.readline()
+        assert "requests" in seen, seen
+        run_dirs = list(tmp_path.glob("fluxon-workload-*"))
+        assert len(run_dirs) == 1
+        daemons = subprocess.run(["pgrep", "-f", str(run_dirs[0])], capture_output=True, text=True).stdout.split()
+        assert len(daemons) >= 3  # master, two instance owners, the CPU owner
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert subprocess.run(["pgrep", "-f", str(run_dirs[0])], capture_output=True).returncode == 1  # none left
+    assert not list(tmp_path.iterdir())
+    assert set(os.listdir("/dev/shm")) <= shm_before
