@@ -300,6 +300,18 @@ class WeightedCache {
   // order kRecency: the least recently used eligible entry of each shard, whatever its region (an
   // LRU order among the entries pred accepts: prefix-aware eviction's leaves, see Eviction).
   enum class Order : uint8_t { kPolicy, kRecency };
+ private:
+  struct Node;
+  // Where a Scan's walk of one shard stands: the next entry to judge in region kOrder[region].
+  struct Cursor {
+    uint64_t budget = ~uint64_t(0);
+    bool valid = false;
+    uint64_t mods = 0;  // the shard's mods when `at` was last known to be linked
+    int region = 0;
+    Node* at = nullptr;
+  };
+
+ public:
   // A scan of the eviction order that goes on where it stopped (kPolicy order): each shard's walk
   // resumes after the entries pred turned down, so selecting k entries behind n ineligible ones
   // costs n + k calls of pred, not k * n (a whole core at 250,000 entries of an owner whose coldest
@@ -325,7 +337,7 @@ class WeightedCache {
    private:
     friend class WeightedCache;
     uint64_t budget_;
-    std::vector<typename WeightedCache::Cursor> at_;
+    std::vector<Cursor> at_;
   };
   template <class Pred>
   uint64_t evict_some_if(uint64_t bytes, Pred pred, std::vector<std::pair<K, V>>* selected_out,
@@ -513,15 +525,6 @@ class WeightedCache {
   virtual void removed(Events&) {}
 
  private:
-
-  // Where a Scan's walk of one shard stands: the next entry to judge in region kOrder[region].
-  struct Cursor {
-    uint64_t budget = ~uint64_t(0);
-    bool valid = false;
-    uint64_t mods = 0;  // the shard's mods when `at` was last known to be linked
-    int region = 0;
-    Node* at = nullptr;
-  };
 
   struct Shard {
     explicit Shard(uint64_t entries) : sketch(entries) {}
