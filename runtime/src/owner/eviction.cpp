@@ -126,9 +126,11 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
     auto leaf = [&](const std::string& k, const LocalIndex::ResidentRef& r) {
       return eligible([&] { return index.find(k); }, r, size_class, true);
     };
-    // One walk for the whole pass (cfg_.scan_limit per shard): each pick goes on where the last
-    // one stopped, the cohorts turned down stay so (turned_down) but for parents losing children.
-    LocalIndex::Tier::Scan scan(cfg_.scan_limit);
+    // One walk for the whole pass: each pick goes on where the last one stopped, the cohorts turned
+    // down stay so (turned_down) but for parents losing children - then the walk starts again from
+    // the cold end. Unbounded: a chain is eaten from its tail, each parent found again behind the
+    // walk (bounded by scan_limit, a cold chain's prefix went once the budget ran out).
+    LocalIndex::Tier::Scan scan;
     while (got < need) {
       const size_t at = chosen.size();
       if (std::exchange(rejudge, false)) scan.reset();

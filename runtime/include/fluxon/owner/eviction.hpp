@@ -22,8 +22,8 @@ class Eviction {
     bool enabled = true;
     uint64_t max_bytes_per_round = 256ull << 20;
     double free_watermark = 0;  // with no grant left to carve, keep this share of each class free
-    // The preference passes (remote-complete cohorts, then leaves) judge at most this many entries
-    // of each resident-tier shard per round, from the cold end; the tier's plain order follows.
+    // The recoverable-first pass (remote-complete cohorts) judges at most this many entries of each
+    // resident-tier shard per round, from the cold end; the later passes follow.
     // Unbounded, a round cost a walk of every entry per pass (0.25 s at 250,000 entries).
     uint64_t scan_limit = 16384;
   };
