@@ -49,10 +49,9 @@ std::vector<LocalIndex::CohortId> Eviction::select(LocalIndex& index, const Rese
   // A page the leaf walk passed may be a leaf now: the walk starts again from the cold end.
   bool rejudge = false;
   // The rest of the exact cohort of chosen[at] goes with it (the same transaction); its parents
-  // lose those children.
-  // The members leave the tier when the pass ends (`leaving`): removed now, they would send the
-  // pass's walk back to the cold end each time (a Scan resumes over its own removals only); until
-  // then `whole` keeps them from being judged again.
+  // lose those children. The members leave the tier when the pass ends (`leaving`): removed now,
+  // they would send the pass's walk back to the cold end each time (a Scan resumes over its own
+  // removals only); until then `whole` keeps them from being judged again.
   std::vector<std::pair<std::string, uint64_t>> leaving;
   std::set<LocalIndex::CohortId> whole;
   auto rest_of_cohort = [&](size_t at) {
