@@ -3,7 +3,7 @@
 # simulation, then pytest: API in embedded and external mode, daemons, faults).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh
+tools/install-deps.sh --tests
 tools/build.sh
 BUILD=${FLUXON_BUILD_DIR:-build}
 segments() { ls /dev/shm | grep '^fluxon\.' | sort || true; }

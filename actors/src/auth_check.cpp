@@ -7,22 +7,9 @@
 
 #include "caf_types.hpp"
 #include "fluxon/actors/runtime.hpp"
+#include "fluxon/runtime/json.hpp"
 
 namespace fluxon {
-
-namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
-  }
-  return o;
-}
-
-}  // namespace
 
 int run_auth_check(const std::string& address, const std::string& key_file, bool json) {
   const auto colon = address.rfind(':');
@@ -101,7 +88,7 @@ int run_auth_check(const std::string& address, const std::string& key_file, bool
   if (json) {
     std::printf("{");
     for (size_t i = 0; i < out.size(); ++i)
-      std::printf("%s\"%s\": \"%s\"", i ? ", " : "", out[i].first.c_str(), json_escape(out[i].second).c_str());
+      std::printf("%s\"%s\": %s", i ? ", " : "", out[i].first.c_str(), json_quote(out[i].second).c_str());
     std::printf("}\n");
   } else {
     std::printf("fluxon auth check %s:\n", address.c_str());

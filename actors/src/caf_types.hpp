@@ -56,6 +56,12 @@ inline void configure(caf::actor_system_config& cfg, bool network) {
 }
 
 inline int64_t now_ms() { return steady_now_ms(); }
+// The wall clock in ms since the epoch (what people read: the status page's times).
+inline uint64_t wall_ms() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+}
 
 // What a daemon's gate (gate.cpp) counted: handshakes, and what it refused from nodes that did
 // not prove the cluster key.

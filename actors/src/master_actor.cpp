@@ -9,6 +9,8 @@
 #include "daemon_util.hpp"
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/master/master_gate.hpp"
+#include "fluxon/master/status_board.hpp"
+#include "fluxon/master/status_page.hpp"
 #include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/metrics.hpp"
 #include "fluxon/runtime/recorder.hpp"
@@ -31,6 +33,9 @@ struct MasterState {
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<TrafficRecorder> recorder;  // FLUXON_RECORD: owners' requests, for the fuzzers' corpus
   uint64_t metrics_refreshes = 0;
+  // The status page (`/` and `/api/status` on the metrics port): sampled and rendered each tick.
+  StatusBoard board;
+  StatusBoard::Header header;
   static inline const char* name = "fluxon_master";
 };
 
@@ -80,6 +85,11 @@ void export_metrics(MasterState& st) {
               st.gate.newer_term_total);
     m.counter("fluxon_master_core_resets_total", "New terms this master started from an empty state", st.core_resets_total);
   }
+  // The status page's document, from the same tick.
+  st.board.sample(now_ms(), st.core);
+  st.header.leading = leads;
+  st.header.term = st.campaign ? st.campaign->term() : 0;
+  m.set_page("/api/status", st.board.json(now_ms(), wall_ms(), st.core, st.header));
   // Last, so a scraper that saw it move sees everything this refresh wrote (tests wait for it: once a second).
   m.counter("fluxon_master_metrics_refreshes_total", "Times this page was refreshed from the master's state",
             ++st.metrics_refreshes);
@@ -123,9 +133,14 @@ Envelope serve(MasterState& st, Envelope& req) {
   return rep;
 }
 
-caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, bool metrics,
-                           std::shared_ptr<Campaign> campaign, AuthKeyPtr key, std::shared_ptr<GateStats> gate_stats) {
+caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig mcfg, std::string cluster,
+                           bool metrics, std::shared_ptr<Campaign> campaign, AuthKeyPtr key,
+                           std::shared_ptr<GateStats> gate_stats) {
   self->state.cfg = mcfg;
+  self->state.header.cluster = cluster;
+  self->state.header.version = FLUXON_VERSION;
+  self->state.header.address = mcfg.address();
+  self->state.header.started_ms = wall_ms();
   self->state.key = std::move(key);
   self->state.gate_stats = std::move(gate_stats);
   self->state.campaign = std::move(campaign);
@@ -135,7 +150,10 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
   if (metrics) self->state.recorder = TrafficRecorder::from_env("master_request");
   if (metrics && mcfg.metrics_port != 0) {
     try {
-      self->state.metrics = std::make_unique<Metrics>(mcfg.listen_host, mcfg.metrics_port);
+      self->state.metrics = std::make_unique<Metrics>(
+          mcfg.listen_host, mcfg.metrics_port,
+          std::vector<Metrics::Page>{{"/", "text/html; charset=utf-8", status_page_html()},
+                                     {"/api/status", "application/json", "{}"}});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "fluxon master: metrics on port %u disabled: %s\n", mcfg.metrics_port, e.what());
     }
@@ -163,7 +181,7 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
 }  // namespace
 
 caf::actor spawn_master(caf::actor_system& sys, const ClusterConfig& cfg, bool metrics) {
-  return sys.spawn(master_actor, cfg.master, metrics, std::shared_ptr<Campaign>{}, AuthKeyPtr{},
+  return sys.spawn(master_actor, cfg.master, cfg.cluster_name, metrics, std::shared_ptr<Campaign>{}, AuthKeyPtr{},
                    std::shared_ptr<GateStats>{});
 }
 
@@ -208,7 +226,7 @@ int run_master_daemon(const ClusterConfig& cfg, int index) {
     std::fprintf(stderr, "fluxon master: auth off (no auth.key_file): listening on loopback only\n");
   }
   auto gate_stats = std::make_shared<actors::GateStats>();
-  auto master = sys.spawn(actors::master_actor, mc, true, campaign, key, gate_stats);
+  auto master = sys.spawn(actors::master_actor, mc, cfg.cluster_name, true, campaign, key, gate_stats);
   auto gate = actors::spawn_gate(sys, master, key, gate_stats, "the master");
   auto port = sys.middleman().publish(gate, mc.port, mc.listen_host.c_str(), true);
   if (!port) {

@@ -286,6 +286,48 @@ void export_metrics(OwnerState& st) {
             ++st.metrics_refreshes);
 }
 
+// Once a second: what the master's status page shows of this owner (OwnerReport; its answer
+// matters to no one - a master that does not know this generation yet says so, and the next
+// report, after the registration, is taken).
+void report_to_master(Self* self) {
+  auto& st = self->state;
+  if (!st.master || !st.core || !st.core->registered()) return;
+  wire::OwnerReportT r;
+  r.node_id = st.core->node_id();
+  r.generation = st.core->generation();
+  auto add = [&](std::string_view name, uint64_t v) {
+    auto nv = std::make_unique<wire::NamedValueT>();
+    nv->name = std::string(name);
+    nv->value = v;
+    r.values.push_back(std::move(nv));
+  };
+  for_each_gauge(st.core->stats(), [&](std::string_view name, std::string_view, std::string_view, std::string_view,
+                                       uint64_t v) { add(name, v); });
+  const auto& c = st.core->counters();
+  add("put_keys_total", c.put_keys_total);
+  add("get_keys_total", c.get_keys_total);
+  add("get_hit_keys_total", c.get_hit_keys_total);
+  add("evicted_keys_total", c.evicted_keys_total);
+  add("evicted_bytes_total", c.evicted_bytes_total);
+  add("demoted_keys_total", c.demoted_keys_total);
+  add("transfer_bytes_total", c.transfer_bytes_total);
+  add("errors_total", c.errors_total);
+  add("malformed_total", c.malformed_total);
+  if (st.segment) {
+    const MappingPages pg = mapping_pages(st.segment->base());
+    add("segment_bytes", st.segment->size());
+    add("segment_page_bytes", pg.effective_page_bytes(st.segment->size()));
+    add("segment_huge_bytes", pg.huge_bytes);
+  }
+  if (st.data_server) {
+    add("data_served_bytes_total", st.data_server->bytes_served());
+    add("data_served_requests_total", st.data_server->requests_served());
+  }
+  if (st.channel) add("channel_sessions", st.channel->stats().open);
+  self->request(st.master, std::chrono::seconds(2), Blob{encode(make_envelope(std::move(r)))})
+      .then([](Blob&) {}, [](caf::error&) {});
+}
+
 void request_master(Self* self, uint64_t token, Blob blob) {
   auto& st = self->state;
   if (!st.master) return;  // disconnected: the job re-sends from its timer once the master is back
@@ -640,6 +682,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         if (now - st.last_metrics >= 1000) {
           st.last_metrics = now;
           export_metrics(st);
+          report_to_master(self);
         }
         self->delayed_send(self, kTick, tick_atom::value);
       },

@@ -148,7 +148,7 @@ class Cluster:
         """Fresh ports, the config file written with them."""
         tmp, owners, owner_extra, metrics, dram, master_extra = self._shape
         self.master_port = free_port()
-        # prometheus-cpp's exposer takes ~2 s to stop: only clusters that test metrics serve them.
+        # Only clusters that test metrics (or the status page) serve them.
         self.metrics_port = free_port() if metrics else 0
         self.owner_ports = [free_port() for _ in range(owners)]
         self.owner_metrics = [free_port() if metrics else 0 for _ in range(owners)]

@@ -75,10 +75,42 @@ Envelope MasterCore::register_owner(const wire::RegisterOwnerT& r) {
   o.segment_len = r.segment_len;
   o.data_host = r.data_host;
   o.data_port = r.data_port;
+  o.report.clear();  // a new generation's report comes from it
+  o.report_at = 0;
   rep.replica_target = routes_.is_replica_target(r.node_id);
   tiers_.registered(r.node_id, routes_);
   if (tiers_.has(r.node_id)) rep.tier_poll_ms = kTierPollMs;
   return make_envelope(std::move(rep));
+}
+
+Envelope MasterCore::owner_report(const wire::OwnerReportT& r) {
+  const auto& owners = routes_.owners();
+  auto it = owners.find(r.node_id);
+  if (it == owners.end() || it->second.generation != r.generation) {
+    router_counters_.errors_total++;
+    return error_envelope(Status(Code::kGenerationMismatch,
+                                 "OwnerReport: node " + std::to_string(r.node_id) + " generation " +
+                                     std::to_string(r.generation) + " is not the registered one"));
+  }
+  auto refuse = [&](const std::string& why) {
+    router_counters_.errors_total++;
+    return error_envelope(invalid_argument("OwnerReport." + why));
+  };
+  if (r.values.size() > OwnerInfo::kMaxReportValues)
+    return refuse("values: " + std::to_string(r.values.size()) + " values, at most " +
+                  std::to_string(OwnerInfo::kMaxReportValues));
+  std::vector<std::pair<std::string, uint64_t>> values;
+  values.reserve(r.values.size());
+  for (const auto& v : r.values) {
+    if (!v || v->name.empty() || v->name.size() > OwnerInfo::kMaxReportName)
+      return refuse("values.name: empty or longer than " + std::to_string(OwnerInfo::kMaxReportName) + " bytes");
+    values.emplace_back(v->name, v->value);
+  }
+  OwnerInfo& o = routes_.owner(r.node_id);
+  o.report = std::move(values);
+  o.report_at = std::max<Millis>(now_, 1);
+  router_counters_.owner_reports_total++;
+  return make_envelope(wire::OwnerReportReplyT{});
 }
 
 Envelope MasterCore::put_done(const wire::PutDoneT& pd) {
@@ -253,6 +285,7 @@ Envelope MasterCore::with_notices(uint32_t node, Envelope reply) {
 Envelope MasterCore::handle(const Envelope& req, Millis now) {
   now_ = std::max(now_, now);
   if (auto* r = req.body.AsRegisterOwner()) return register_owner(*r);
+  if (auto* r = req.body.AsOwnerReport()) return owner_report(*r);
   if (auto* pd = req.body.AsPutDone()) {
     routes_.counters.put_done_messages_total++;
     Envelope rep = put_done(*pd);

@@ -26,6 +26,7 @@ OwnerCore::OwnerCore(const OwnerCoreConfig& cfg, uint64_t generation, std::strin
 
 void OwnerCore::start(Millis now, Outbox& out) {
   now_ = now;
+  registered_ = false;
   register_token_ = s_.new_token(JobKind::kRegister);  // an older attempt's reply is dropped from now on
   register_sent_ = now;
   s_.to_master(register_token_, register_request(), out);
@@ -216,6 +217,7 @@ void OwnerCore::on_master_reply(uint64_t token, Envelope& reply, Millis now, Out
       if (token != register_token_) return;  // an older registration's answer
       register_token_ = 0;
       if (auto* rr = reply.body.AsRegisterOwnerReply()) {
+        registered_ = true;
         s_.replica_target = rr->replica_target;
         tier_poll_ms_ = rr->tier_poll_ms;
       }
@@ -592,6 +594,7 @@ OwnerStats OwnerCore::stats() const {
   r.replica_retries_waiting = replicas_.retries_waiting();
   r.writeback_jobs = writeback_.pending();
   r.hot_bytes = hot_bytes();
+  r.resident_bytes = s_.local.resident_bytes();
   if (const DepthOrder* order = s_.local.depth_order())
     r.eviction_stale_bytes = order->stale_bytes() == UINT64_MAX ? 0 : order->stale_bytes();
   r.replica_budget_pressure_permille = uint64_t(put_.replica_pressure() * 1000 + 0.5);

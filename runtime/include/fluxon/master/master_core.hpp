@@ -85,6 +85,8 @@ class MasterCore {
   size_t route_count() const { return routes_.size(); }
   size_t replica_count() const { return routes_.replica_count(); }
   size_t owner_count() const { return routes_.owners().size(); }
+  // Every registered owner: what it registered with and its last report (the status page).
+  const std::map<uint32_t, OwnerInfo>& owners() const { return routes_.owners(); }
   size_t inflight_get_count() const { return gets_.size(); }
   // The bound of the prepared gets (kInflightGets unless set; tests set a small one).
   static constexpr size_t kInflightGets = GetLeases::kInflightGets;
@@ -125,6 +127,7 @@ class MasterCore {
   Envelope with_notices(uint32_t node, Envelope reply);
 
   Envelope register_owner(const wire::RegisterOwnerT& req);
+  Envelope owner_report(const wire::OwnerReportT& req);
   Envelope put_done(const wire::PutDoneT& pd);
   Envelope remove_routes(const wire::RemoveRoutesT& req);
   Envelope lookup(const wire::LookupT& req);

@@ -114,6 +114,7 @@
 
 // The router (master_core.hpp): requests no component takes.
 #define FLUXON_MASTER_ROUTER_COUNTERS(X) \
+  X(owner_reports_total, "fluxon_master_owner_reports_total", "", "Owner reports taken (the status page's owner rows, once a second each)") \
   X(errors_total, "fluxon_master_errors_total", "", "Requests answered with an error") \
   X(malformed_total, "fluxon_master_malformed_total", "", "Malformed or unexpected messages rejected")
 

@@ -56,6 +56,12 @@ struct OwnerInfo {
   uint64_t segment_len = 0;
   std::string data_host;
   uint16_t data_port = 0;
+  // The owner's last OwnerReport (the status page's row): its values by name, and when it came
+  // (the master's clock; 0: none yet). At most kMaxReportValues values, names of at most
+  // kMaxReportName bytes: one record per registered owner.
+  static constexpr size_t kMaxReportValues = 128, kMaxReportName = 64;
+  std::vector<std::pair<std::string, uint64_t>> report;
+  Millis report_at = 0;
 };
 
 // (node, generation, instance, group): the replicas one atomic group of one batch left on a node.

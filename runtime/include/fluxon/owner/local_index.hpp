@@ -121,6 +121,7 @@ class LocalIndex {
   // The prefix-depth order, or null when the tiers' own order rules (eviction_order: tier).
   const DepthOrder* depth_order() const { return order_ ? &*order_ : nullptr; }
   Tier& resident() { return resident_; }
+  uint64_t resident_bytes() const { return resident_.weighted_size(); }
   Tier* hot() { return hot_.get(); }
   const Tier* hot() const { return hot_.get(); }
 

@@ -41,6 +41,8 @@ class OwnerCore {
   OwnerCore(const OwnerCoreConfig& cfg, uint64_t generation, std::string segment_name, uint64_t segment_len);
 
   uint32_t node_id() const { return s_.cfg.node_id; }
+  // The master took this owner's registration (since it last (re)started registering).
+  bool registered() const { return registered_; }
   uint64_t generation() const { return s_.generation; }
 
   // Registers with the master (at start; on_master_reconnected does it again after reconnects).
@@ -171,6 +173,7 @@ class OwnerCore {
   // master link's request timeout), so at most what the clients asked within that timeout.
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> proxied_;
   uint64_t register_token_ = 0;  // registration not answered yet: re-sent from tick()
+  bool registered_ = false;      // the master answered this owner's last registration
   Millis register_sent_ = 0;
   std::string data_host_;
   uint16_t data_port_ = 0;
