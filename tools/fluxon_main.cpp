@@ -30,7 +30,8 @@ static int usage() {
                "                                         (starts the cluster of FILE if needed)\n"
                "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n"
                "  fluxon replay TRACE.jsonl [ARGS]       (python3 -m fluxon.replay: a public trace through the workload)\n"
-               "  fluxon overload [ARGS]                 (python3 -m fluxon.overload: 10x the clients against one owner)\n");
+               "  fluxon overload [ARGS]                 (python3 -m fluxon.overload: 10x the clients against one owner)\n"
+               "  fluxon top FILE|HOST:PORT... [--once] (the cluster at a glance from the master's /api/status)\n");
   return 2;
 }
 
@@ -115,7 +116,30 @@ int main(int argc, char** argv) {
     if (!c.ok()) return 2;
     return tools::run_demo(*c);
   }
-  if (cmd == "workload" || cmd == "overload" || cmd == "replay") {
+  std::vector<std::string> top_args;
+  if (cmd == "top") {
+    // FILE: the master's (HA: every master's) metrics address from the config; anything else goes
+    // to python3 -m fluxon.top as it is (HOST:PORT ..., --once, --interval S).
+    if (argc < 3) return usage();
+    for (int i = 2; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (i == 2 && a.find(':') == std::string::npos && a.rfind("--", 0) != 0) {
+        auto c = load(a);
+        if (!c.ok()) return 2;
+        for (const MasterConfig& m : c->ha() ? c->masters : std::vector<MasterConfig>{c->master}) {
+          if (m.metrics_port == 0) {
+            std::fprintf(stderr, "fluxon top: %s: master.metrics_port is 0: the master serves no status page "
+                                 "(set metrics_port)\n", a.c_str());
+            return 2;
+          }
+          top_args.push_back(connect_host(m.listen_host) + ":" + std::to_string(m.metrics_port));
+        }
+      } else {
+        top_args.push_back(a);
+      }
+    }
+  }
+  if (cmd == "workload" || cmd == "overload" || cmd == "replay" || cmd == "top") {
     // The workload and the overload are Python (they drive the client API as SGLang does): run
     // them with this build's package.
     const std::string exe = self_exe();
@@ -127,8 +151,12 @@ int main(int argc, char** argv) {
     std::vector<char*> args{const_cast<char*>("/usr/bin/python3"), const_cast<char*>("-m"),
                             const_cast<char*>(cmd == "workload" ? "fluxon.workload"
                                               : cmd == "replay"  ? "fluxon.replay"
+                                              : cmd == "top"     ? "fluxon.top"
                                                                  : "fluxon.overload")};
-    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+    if (cmd == "top")
+      for (auto& a : top_args) args.push_back(a.data());
+    else
+      for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     execv("/usr/bin/python3", args.data());
     std::perror(("fluxon " + cmd + ": /usr/bin/python3").c_str());

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 import fluxon
-from conftest import Cluster, free_port
+from conftest import FLUXON_BIN, Cluster, free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -160,3 +160,43 @@ def test_status_page_in_headless_chromium_draws_a_row_per_owner_and_a_stale_one_
     dom = browser_dom(port, tmp_path)
     assert '<tr id="owner-2" class="stale">' in dom, dom[:3000]
     assert re.search(r'<div id="alerts"><div>owner 2: no report (for [0-9]+ s|yet)</div>', dom), dom[:3000]
+
+
+def top(*args, timeout=30):
+    return subprocess.run([FLUXON_BIN, "top", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_fluxon_top_prints_the_cluster_from_the_config_and_names_what_it_cannot_reach(scluster, tmp_path):
+    port = scluster.metrics_port
+    c = fluxon.KvClient(scluster.client_config(0))
+    try:
+        c.wait_local_segments_ready()
+        put(c, [f"top:{i}" for i in range(40)])
+    finally:
+        c.close()
+    wait_status(port, lambda d: all(not o["stale"] for o in d["owners"]) and d["master"]["routes"] >= 40)
+    out = top(str(scluster.config), "--once")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"fluxon top - cluster {scluster.name}") and "(leader)" in lines[0]
+    rows = {l.split()[0]: l.split() for l in lines if l[:1].isdigit()}
+    assert rows["1"][1] == "sglang_owner" and rows["2"][1] == "remote_cache"
+    assert rows["1"][4] == "40"  # committed slots
+    assert any(l.startswith("master  routes 40") for l in lines), out.stdout
+    assert "\x1b[" not in out.stdout  # not a terminal: no colours
+    # Redrawn every interval until interrupted.
+    p = subprocess.Popen([FLUXON_BIN, "top", f"127.0.0.1:{port}", "--interval", "0.3"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    p.send_signal(signal.SIGINT)
+    stdout, _ = p.communicate(timeout=10)
+    assert p.returncode == 0 and stdout.count("\x1b[H\x1b[2J") >= 2 and "remote_cache" in stdout
+    # Nothing answers: the addresses and why.
+    dead = free_port()
+    out = top(f"127.0.0.1:{dead}", "--once")
+    assert out.returncode == 1 and f"no master's status page answered (127.0.0.1:{dead}:" in out.stderr
+    # A config whose master serves no metrics port: said, naming the key.
+    cfg = tmp_path / "nometrics.yaml"
+    cfg.write_text(scluster.config.read_text().replace(f"metrics_port: {port}", "metrics_port: 0"))
+    out = top(str(cfg), "--once")
+    assert out.returncode == 2 and "master.metrics_port is 0" in out.stderr
