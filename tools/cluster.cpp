@@ -251,4 +251,51 @@ int cluster_status(const ClusterConfig& cfg) {
   return down == 0 ? 0 : 3;
 }
 
+// A Prometheus scrape config for the cluster's metrics ports: a job for the masters, one for the
+// owners, each target labelled with the cluster (and the owner's node). Daemons without a metrics
+// port are left out, said in a comment; none at all is an error.
+int cluster_prometheus_config(const ClusterConfig& cfg, const std::string& path, const std::string& interval) {
+  std::vector<std::string> masters, missing;
+  size_t owners = 0;
+  for (size_t i = 0; i < (cfg.ha() ? cfg.masters.size() : 1); ++i) {
+    const MasterConfig& m = cfg.ha() ? cfg.masters[i] : cfg.master;
+    const std::string name = cfg.ha() ? "masters[" + std::to_string(i) + "]" : "master";
+    if (m.metrics_port) masters.push_back(connect_host(m.listen_host) + ":" + std::to_string(m.metrics_port));
+    else missing.push_back(name);
+  }
+  std::string owner_targets;
+  for (size_t i = 0; i < cfg.owners.size(); ++i) {
+    const OwnerConfig& o = cfg.owners[i];
+    if (!o.metrics_port) {
+      missing.push_back("owners[" + std::to_string(i) + "]");
+      continue;
+    }
+    owner_targets += "      - targets: ['" + connect_host(o.listen_host) + ":" + std::to_string(o.metrics_port) +
+                     "']\n        labels: {cluster: '" + cfg.cluster_name + "', node: '" + std::to_string(o.node_id) +
+                     "'}\n";
+    owners++;
+  }
+  if (masters.empty() && owners == 0) {
+    std::fprintf(stderr, "fluxon cluster prometheus-config: %s: no daemon has a metrics_port (set master.metrics_port "
+                         "and owners[].metrics_port)\n", path.c_str());
+    return 2;
+  }
+  std::printf("# Prometheus scrape config for Fluxon cluster '%s' (fluxon cluster prometheus-config %s).\n",
+              cfg.cluster_name.c_str(), path.c_str());
+  if (!missing.empty()) {
+    std::string m;
+    for (auto& x : missing) m += (m.empty() ? "" : ", ") + x;
+    std::printf("# Not scraped (metrics_port 0): %s.\n", m.c_str());
+  }
+  std::printf("global:\n  scrape_interval: %s\n  evaluation_interval: %s\nscrape_configs:\n", interval.c_str(),
+              interval.c_str());
+  if (!masters.empty()) {
+    std::printf("  - job_name: fluxon_master\n    static_configs:\n      - targets: [");
+    for (size_t i = 0; i < masters.size(); ++i) std::printf("%s'%s'", i ? ", " : "", masters[i].c_str());
+    std::printf("]\n        labels: {cluster: '%s'}\n", cfg.cluster_name.c_str());
+  }
+  if (owners) std::printf("  - job_name: fluxon_owner\n    static_configs:\n%s", owner_targets.c_str());
+  return 0;
+}
+
 }  // namespace fluxon::tools

@@ -10,6 +10,8 @@ namespace fluxon::tools {
 int cluster_up(const std::string& config_path, const ClusterConfig& cfg, const std::string& self_exe);
 int cluster_down(const ClusterConfig& cfg);
 int cluster_status(const ClusterConfig& cfg);
+// `fluxon cluster prometheus-config FILE [--interval D]`: a scrape config for Prometheus on stdout.
+int cluster_prometheus_config(const ClusterConfig& cfg, const std::string& path, const std::string& interval);
 // `fluxon cluster cleanup CONFIG`: removes the shared-memory segments of the cluster's dead owners
 // (never a live owner's, never another cluster's) and says what it removed and kept. `quiet`: print
 // only when something was removed (the tail of `cluster down`).

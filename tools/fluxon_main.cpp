@@ -21,6 +21,8 @@ static int usage() {
                "  fluxon owner  --config FILE [--node-id N]\n"
                "  fluxon cluster up|down|status|cleanup FILE\n"
                "                                         (cleanup: removes the segments of the cluster's dead owners)\n"
+               "  fluxon cluster prometheus-config FILE [--interval 5s]\n"
+               "                                         (a Prometheus scrape config for the cluster's metrics ports)\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
                "  fluxon keygen PATH                    (a new cluster key, mode 0600: name it in auth: {key_file: PATH})\n"
                "  fluxon auth check HOST:PORT [--key FILE] [--json]\n"
@@ -101,6 +103,24 @@ int main(int argc, char** argv) {
     if (sub == "down") return tools::cluster_down(*c);
     if (sub == "status") return tools::cluster_status(*c);
     if (sub == "cleanup") return tools::cluster_cleanup(*c);
+    if (sub == "prometheus-config") {
+      std::string interval = "5s";
+      for (int i = 4; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--interval") && i + 1 < argc) {
+          interval = argv[++i];
+          const bool ok = interval.size() > 1 && (interval.back() == 's' || interval.back() == 'm') &&
+                          interval.find_first_not_of("0123456789", 0) == interval.size() - 1;
+          if (!ok) {
+            std::fprintf(stderr, "fluxon cluster prometheus-config: --interval: '%s' is not a duration like 5s or 1m\n",
+                         interval.c_str());
+            return 2;
+          }
+        } else {
+          return usage();
+        }
+      }
+      return tools::cluster_prometheus_config(*c, argv[3], interval);
+    }
     return usage();
   }
   if (cmd == "config") {

@@ -200,3 +200,39 @@ def test_fluxon_top_prints_the_cluster_from_the_config_and_names_what_it_cannot_
     cfg.write_text(scluster.config.read_text().replace(f"metrics_port: {port}", "metrics_port: 0"))
     out = top(str(cfg), "--once")
     assert out.returncode == 2 and "master.metrics_port is 0" in out.stderr
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"), reason="no tmux: tools/install-deps.sh --tests")
+def test_fluxon_top_in_a_terminal_under_tmux_redraws_marks_a_dead_owner_red_and_stops_on_ctrl_c(scluster):
+    sock = f"fluxon-top-{os.getpid()}-{free_port()}"
+    tmux = ["tmux", "-L", sock]
+
+    def screen(escapes=False):
+        return subprocess.run(tmux + ["capture-pane", "-p", *(["-e"] if escapes else []), "-t", "top"],
+                              capture_output=True, text=True, timeout=10).stdout
+
+    def wait_screen(pred, timeout=20.0, escapes=False):
+        end = time.time() + timeout
+        s = ""
+        while time.time() < end:
+            s = screen(escapes)
+            if pred(s):
+                return s
+            time.sleep(0.2)
+        raise AssertionError(f"the terminal never showed it; last screen:\n{s}")
+
+    wait_status(scluster.metrics_port, lambda d: all(not o["stale"] for o in d["owners"]))
+    try:
+        subprocess.run(tmux + ["new-session", "-d", "-s", "top", "-x", "200", "-y", "50",
+                               f"{FLUXON_BIN} top {scluster.config}; echo TOP-EXIT=$?; sleep 60"], check=True, timeout=10)
+        s = wait_screen(lambda s: "remote_cache" in s and "sglang_owner" in s)
+        assert f"cluster {scluster.name}" in s
+        first = re.search(r"\d\d:\d\d:\d\d", s).group(0)
+        wait_screen(lambda s: re.search(r"\d\d:\d\d:\d\d", s).group(0) != first)  # redrawn
+        scluster.stop_owner(1, sig=signal.SIGKILL)
+        s = wait_screen(lambda s: "owner 2: no report for" in s, escapes=True)
+        assert "\x1b[31;1m" in s or "\x1b[1;31m" in s or "\x1b[31m" in s  # in red
+        subprocess.run(tmux + ["send-keys", "-t", "top", "C-c"], check=True, timeout=10)
+        wait_screen(lambda s: "TOP-EXIT=0" in s)
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True, timeout=10)
