@@ -19,7 +19,7 @@ int cluster_cleanup(const ClusterConfig& cfg, bool quiet = false);
 std::string run_dir_of(const ClusterConfig& cfg);
 bool port_open(const std::string& host, uint16_t port);
 
-int run_demo(const ClusterConfig& cfg);
+int run_demo(const ClusterConfig& cfg, bool all_stats = false);  // all_stats: every figure, not the summary
 int run_bench(const ClusterConfig& cfg, int argc, char** argv);
 
 }  // namespace fluxon::tools

@@ -14,7 +14,7 @@ static int fail(const char* what, const Status& s) {
   return 1;
 }
 
-int run_demo(const ClusterConfig& cfg) {
+int run_demo(const ClusterConfig& cfg, bool all_stats) {
   auto client = open_client(cfg);
   if (!client.ok()) return fail("connect", client.status());
   auto& c = **client;
@@ -74,9 +74,21 @@ int run_demo(const ClusterConfig& cfg) {
   if (Status s = c.release_views(*plan); !s.is_ok()) return fail("release_views", s);
   auto st = c.stats();
   if (!st.ok()) return fail("stats", st.status());
-  std::printf("stats:");
-  for (auto& [k, v] : *st) std::printf(" %s=%llu", k.c_str(), (unsigned long long)v);
-  std::printf("\ndemo: ok\n");
+  auto at = [&](const char* k) -> unsigned long long {
+    auto it = st->find(k);
+    return it == st->end() ? 0 : it->second;
+  };
+  if (all_stats) {
+    std::printf("stats:");
+    for (auto& [k, v] : *st) std::printf(" %s=%llu", k.c_str(), (unsigned long long)v);
+    std::printf("\n");
+  } else {
+    std::printf("owner: %llu keys put, %llu read (%llu hits), %llu slots committed, %llu free, %llu errors "
+                "(every figure: fluxon demo --stats)\n",
+                at("put_keys_total"), at("get_keys_total"), at("get_hit_keys_total"), at("slots_committed"),
+                at("slots_free"), at("errors_total"));
+  }
+  std::printf("demo: ok\n");
   return 0;
 }
 

@@ -27,7 +27,7 @@ static int usage() {
                "  fluxon keygen PATH                    (a new cluster key, mode 0600: name it in auth: {key_file: PATH})\n"
                "  fluxon auth check HOST:PORT [--key FILE] [--json]\n"
                "                                         (what a daemon's control port admits without the key, and with it)\n"
-               "  fluxon demo   [--config FILE]          (embedded store when no FILE)\n"
+               "  fluxon demo   [--config FILE] [--stats] (embedded store when no FILE; --stats: every figure)\n"
                "  fluxon bench  FILE [--iters N] [--json] [--channel auto|shm|caf] [--batch B]... [--get-rounds R]\n"
                "                                         (starts the cluster of FILE if needed)\n"
                "  fluxon workload [ARGS]                 (python3 -m fluxon.workload: the multi-turn agent workload)\n"
@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
   std::string config;
   uint32_t node_id = 0;
   int index = 0;
+  bool all_stats = false;
   for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--stats")) all_stats = true;
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
     else if (!std::strcmp(argv[i], "--node-id") && i + 1 < argc) node_id = uint32_t(std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--index") && i + 1 < argc) index = std::atoi(argv[++i]);
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
   if (cmd == "demo") {
     auto c = load(config);
     if (!c.ok()) return 2;
-    return tools::run_demo(*c);
+    return tools::run_demo(*c, all_stats);
   }
   std::vector<std::string> top_args;
   if (cmd == "top") {

@@ -318,6 +318,11 @@ def test_cli_cluster_up_status_down_and_demo(tmp_path):
 def test_embedded_demo():
     out = subprocess.run([FLUXON_BIN, "demo"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "demo: ok" in out.stdout and "cpu:0" in out.stdout
+    # A summary a person reads (every line short), every figure on request.
+    assert "owner: 12 keys put, 16 read (12 hits)" in out.stdout, out.stdout
+    assert max(len(l) for l in out.stdout.splitlines()) < 200 and "stats:" not in out.stdout
+    full = subprocess.run([FLUXON_BIN, "demo", "--stats"], capture_output=True, text=True, timeout=60)
+    assert full.returncode == 0 and " put_keys_total=12 " in full.stdout and "evicted_keys_total=0" in full.stdout
 
 
 def test_bad_config_names_the_field(tmp_path):
