@@ -10,6 +10,7 @@
 #include "cluster.hpp"
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/runtime/auth.hpp"
+#include "example_configs.hpp"
 
 using namespace fluxon;
 
@@ -24,6 +25,7 @@ static int usage() {
                "  fluxon cluster prometheus-config FILE [--interval 5s]\n"
                "                                         (a Prometheus scrape config for the cluster's metrics ports)\n"
                "  fluxon config check FILE              (the resolved config, or the first error and its field)\n"
+               "  fluxon config example [NAME]          (the example configs: their names, or one to start from)\n"
                "  fluxon keygen PATH                    (a new cluster key, mode 0600: name it in auth: {key_file: PATH})\n"
                "  fluxon auth check HOST:PORT [--key FILE] [--json]\n"
                "                                         (what a daemon's control port admits without the key, and with it)\n"
@@ -124,6 +126,30 @@ int main(int argc, char** argv) {
       return tools::cluster_prometheus_config(*c, argv[3], interval);
     }
     return usage();
+  }
+  if (cmd == "config" && argc >= 3 && std::string(argv[2]) == "example") {
+    // `fluxon config example`: the example configs' names; `fluxon config example NAME`: one of them.
+    const auto& all = tools::example_configs();
+    if (argc == 3) {
+      for (const auto& [name, text] : all) {
+        std::string first = text.substr(0, text.find('\n'));
+        if (first.rfind("# ", 0) == 0) first = first.substr(2);
+        else first.clear();
+        std::printf("%-20s %s\n", name.c_str(), first.c_str());
+      }
+      return 0;
+    }
+    std::string want = argv[3];
+    if (want.size() > 5 && want.compare(want.size() - 5, 5, ".yaml") == 0) want.resize(want.size() - 5);
+    for (const auto& [name, text] : all)
+      if (name == want) {
+        std::fputs(text.c_str(), stdout);
+        return 0;
+      }
+    std::string names;
+    for (const auto& [name, text] : all) names += (names.empty() ? "" : ", ") + name;
+    std::fprintf(stderr, "fluxon config example: no example named '%s' (there are: %s)\n", argv[3], names.c_str());
+    return 2;
   }
   if (cmd == "config") {
     // `fluxon config check FILE`: the resolved configuration, or the first error with its field.

@@ -77,8 +77,16 @@ Status get_uint(const YAML::Node& n, const std::string& key, const std::string& 
   const std::string field = where + "." + key;
   try {
     const auto s = n[key].as<std::string>();
+    const bool ms = key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0;
+    if (!s.empty() && s[0] == '-') return invalid_argument(field + ": must be > 0, got " + s);
     auto v = parse_bytes(s);
-    if (!v.ok()) return invalid_argument(field + ": " + v.status().message());
+    if (!v.ok()) {
+      // Sizes take units (64MiB); durations in ms and counts are plain whole numbers.
+      if (ms) return invalid_argument(field + ": '" + s + "' is not a whole number of milliseconds");
+      if (key.find("bytes") == std::string::npos && key.find("size") == std::string::npos)
+        return invalid_argument(field + ": '" + s + "' is not a whole number");
+      return invalid_argument(field + ": " + v.status().message());
+    }
     if (*v == 0) return invalid_argument(field + ": must be > 0");
     if (*v > std::numeric_limits<T>::max()) return invalid_argument(field + ": out of range");
     out = static_cast<T>(*v);

@@ -290,3 +290,12 @@ TEST_CASE("config: without auth every daemon listens on loopback only, and the r
   CHECK(err("auth: {}").find("auth.key_file: required") != std::string::npos);
   CHECK(err("auth: {key_file: k, mode: x}").find("auth.mode: unknown key") != std::string::npos);
 }
+
+TEST_CASE("config: a negative or malformed duration or count is named as what it is, not as a size") {
+  CHECK(err("owners: [{local_reserve_hard_timeout_ms: -5}]") ==
+        "owners[0].local_reserve_hard_timeout_ms: must be > 0, got -5");
+  CHECK(err("owners: [{local_reserve_hard_timeout_ms: soon}]") ==
+        "owners[0].local_reserve_hard_timeout_ms: 'soon' is not a whole number of milliseconds");
+  CHECK(err("master: {kv_event_log_capacity: many}") == "master.kv_event_log_capacity: 'many' is not a whole number");
+  CHECK(err("owners: [{local_reserve_grant_bytes: big}]") == "owners[0].local_reserve_grant_bytes: 'big' is not a size");
+}
