@@ -270,6 +270,39 @@ def test_legacy_tensor_calls_like_the_file_backend(shared_cluster):
     b.close()
 
 
+def test_legacy_and_v1_sets_are_one_put_a_failed_copy_aborts_its_plan(shared_cluster, monkeypatch):
+    """One put path: a copy that fails gives the plan back (no slot held, the keys free to write
+    again) in the legacy calls as in v1, and a key another process is writing is a success in both."""
+    from fluxon import _fluxon
+    t = tag()
+    pool = mha()
+    extra = dynamic_extra(shared_cluster.client_config_file(), extra_backend_tag=t)
+    b = load_backend(storage_config(extra=extra), pool)
+    n = b._geom("kv").value_len // 4
+    v = torch.arange(n, dtype=torch.float32)
+    plans_before = b.client.stats()["owner_active_put_plans"]
+
+    def broken(*a, **k):
+        raise RuntimeError("copy failed (injected)")
+
+    monkeypatch.setattr(_fluxon, "plan_copy", broken)
+    assert b.set(f"{t}x", v) is False  # the failure is reported as a failed set, never raised into SGLang
+    assert b.batch_set_v1([f"{t}p"], page_indices(pool, [0])) == [False]
+    assert b.client.stats()["owner_active_put_plans"] == plans_before  # both plans given back
+    monkeypatch.undo()
+    assert b.set(f"{t}x", v) and b.batch_set_v1([f"{t}p"], page_indices(pool, [0])) == [True]  # keys free again
+    out = torch.zeros(n, dtype=torch.float32)
+    assert b.get(f"{t}x", out) is out and torch.equal(out, v)
+    # A key another process is writing: a success for the legacy set too (its own key, inflight).
+    raw = fluxon.KvClient(shared_cluster.client_config())
+    other = raw.local_fast_put_start([b._flat_key(f"{t}y")], n * 4)
+    assert b.batch_set([f"{t}y", f"{t}w"], [v, v * 2])
+    assert b.fluxon_stats()["counters"]["set_inflight_elsewhere_values"] >= 1
+    raw.put_abort(other)
+    raw.close()
+    b.close()
+
+
 # -- clear, shared pages, admission ------------------------------------------------------------------------
 def test_clear_removes_this_deployment_only(shared_cluster):
     t1, t2 = "dep" + tag(), "dep" + tag()

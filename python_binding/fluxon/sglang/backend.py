@@ -23,6 +23,7 @@ all-reduce forever. So here:
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -329,14 +330,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
         ptrs = g.meta(host_indices, pages)
         keys = self._value_keys(g, page_hashes)
         t0 = time.perf_counter()
-        handle, r = self.client.get_start(keys, True, self._groups(g, pages))
-        n = r.transferable_len
-        if n == 0:
-            self.client.cancel_get_transfer(handle)
-            self._count(get_miss_pages=pages)
-            return [False] * pages
-        plan = self.client.get_transfer(handle)
-        try:
+        hit = nv = 0
+        with self._fetch(keys, self._groups(g, pages)) as (plan, r):
+            if plan is None:
+                self._count(get_miss_pages=pages)
+                return [False] * pages
             lens = fluxon.plan_lengths(plan)
             good = next((i for i, ln in enumerate(lens) if ln != g.value_len), len(lens))
             if good < len(lens):
@@ -347,8 +345,6 @@ class FluxonHiCacheStorage(HiCacheStorage):
             nv = hit * g.values_per_page
             if nv:
                 _fluxon.plan_copy(plan, ptrs[:nv * len(g.sizes)], g.sizes, nv, False, self.copy_threads)
-        finally:
-            self.client.release_views(plan)
         dt = time.perf_counter() - t0
         self._count(get_pages=hit, get_bytes=nv * g.value_len, get_miss_pages=pages - hit,
                     get_remote_pages=r.remote_keys // g.values_per_page)
@@ -357,6 +353,22 @@ class FluxonHiCacheStorage(HiCacheStorage):
                 self._metrics.prefetch_pgs.append(hit)
                 self._metrics.prefetch_bandwidth.append(nv * g.value_len / max(dt, 1e-9) / 1e9)
         return [True] * hit + [False] * (pages - hit)
+
+    @contextlib.contextmanager
+    def _fetch(self, keys: List[str], groups: Optional[List[int]] = None):
+        """The one read of every get call (v1, v2 and the legacy ones): (plan, result) of the
+        transferable prefix of keys, released when the block ends however it ends; (None, result)
+        when nothing is transferable (the handle cancelled)."""
+        handle, r = self.client.get_start(keys, True, groups)
+        if r.transferable_len == 0:
+            self.client.cancel_get_transfer(handle)
+            yield None, r
+            return
+        plan = self.client.get_transfer(handle)
+        try:
+            yield plan, r
+        finally:
+            self.client.release_views(plan)
 
     def _write(self, g: _Geometry, page_hashes: Sequence[str], host_indices, extra_info) -> List[bool]:
         pages = len(page_hashes)
@@ -369,20 +381,37 @@ class FluxonHiCacheStorage(HiCacheStorage):
             return [False] * pages
         ptrs = g.meta(host_indices, pages)
         keys = self._value_keys(g, page_hashes)
-        vpp, per_value = g.values_per_page, len(g.sizes)
+        vpp = g.values_per_page
         mask = self._admit(g, page_hashes, extra_info)
-        parents = self._parents(g, keys, extra_info)
+        t0 = time.perf_counter()
+        ok = self._put(keys, g.value_len, ptrs, g.sizes, vpp, mask, self._parents(g, keys, extra_info))
+        result = [all(ok[p * vpp:(p + 1) * vpp]) for p in range(pages)]
+        dt = time.perf_counter() - t0
+        written = sum(result)
+        if written:
+            with self._lock:
+                self._metrics.backup_pgs.append(written)
+                self._metrics.backup_bandwidth.append(written * vpp * g.value_len / max(dt, 1e-9) / 1e9)
+        return result
+
+    def _put(self, keys: List[str], value_len: int, ptrs: Sequence[int], sizes: Sequence[int], vpp: int = 1,
+             mask: Optional[List[bool]] = None, parents: Optional[List[str]] = None) -> List[bool]:
+        """The one put of every set call (v1, v2 and the legacy ones): stores keys[i] (value_len
+        bytes) copied from ptrs[i * len(sizes) + j] (its parts, of `sizes`), each run of `vpp`
+        values one atomic group. A key stored or being stored elsewhere is a success; the others
+        go again, at most three rounds. A copy that fails aborts the plan (its slots and keys go
+        back) and raises. Returns, per key, whether it is stored or on its way."""
+        per_value = len(sizes)
         ok = [False] * len(keys)
         remaining = list(range(len(keys)))
-        t0 = time.perf_counter()
         for _ in range(3):  # a round drops the keys stored, or being stored, elsewhere
             try:
                 plan = self.client.local_fast_put_start(
-                    [keys[i] for i in remaining], g.value_len,
+                    [keys[i] for i in remaining], value_len,
                     fluxon.PutOptionalArgs(atomic_group_lens=_regroup(remaining, vpp) if vpp > 1 else None,
                                            make_replica_task=mask is not None,
                                            make_replica_task_mask=[mask[i] for i in remaining] if mask is not None else None,
-                                           radix_parent_keys=[parents[i] for i in remaining]))
+                                           radix_parent_keys=[parents[i] for i in remaining] if parents else None))
             except fluxon.KeyConflict as e:
                 stored = {remaining[i] for i, why in zip(e.indices, e.reasons) if why == "exists"}
                 writing = {remaining[i] for i, why in zip(e.indices, e.reasons) if why == "inflight"}
@@ -396,23 +425,16 @@ class FluxonHiCacheStorage(HiCacheStorage):
             sub = ptrs if len(remaining) == len(keys) else [ptrs[i * per_value + j] for i in remaining
                                                             for j in range(per_value)]
             try:
-                _fluxon.plan_copy(plan, sub, g.sizes, len(remaining), True, self.copy_threads)
+                _fluxon.plan_copy(plan, sub, sizes, len(remaining), True, self.copy_threads)
             except BaseException:
                 self.client.put_abort(plan)
                 raise
-            self._track(self.client.local_fast_put_commit(plan), len(remaining) // vpp)  # local-read-ready (V1)
+            self._track(self.client.local_fast_put_commit(plan), len(remaining) // vpp)  # V1: readable now
             for i in remaining:
                 ok[i] = True
-            self._count(set_pages=len(remaining) // vpp, set_bytes=len(remaining) * g.value_len)
+            self._count(set_pages=len(remaining) // vpp, set_bytes=len(remaining) * value_len)
             break
-        result = [all(ok[p * vpp:(p + 1) * vpp]) for p in range(pages)]
-        dt = time.perf_counter() - t0
-        written = sum(result)
-        if written:
-            with self._lock:
-                self._metrics.backup_pgs.append(written)
-                self._metrics.backup_bandwidth.append(written * vpp * g.value_len / max(dt, 1e-9) / 1e9)
-        return result
+        return ok
 
     def _parents(self, g: _Geometry, keys: List[str], extra_info) -> List[str]:
         """Each value's parent in its prefix chain: the same value of the page before it (the last
@@ -599,16 +621,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
                            lambda: self._legacy_get(keys, target_locations, target_sizes))
 
     def _legacy_get(self, keys, targets, sizes):
-        skeys = [self._flat_key(k) for k in keys]
-        handle, r = self.client.get_start(skeys)
-        n = r.transferable_len
+        import ctypes
         out: List[Any] = [None] * len(keys)
-        if n == 0:
-            self.client.cancel_get_transfer(handle)
-            return out
-        plan = self.client.get_transfer(handle)
-        try:
-            import ctypes
+        with self._fetch([self._flat_key(k) for k in keys]) as (plan, _r):
+            if plan is None:
+                return out
             for i, (addr, ln) in enumerate(zip(fluxon.plan_pointers(plan), fluxon.plan_lengths(plan))):
                 t = targets[i] if targets is not None else None
                 dst, want = _target(t, sizes[i] if sizes is not None else None, ln)
@@ -616,13 +633,10 @@ class FluxonHiCacheStorage(HiCacheStorage):
                     self._count(get_len_mismatch=1)
                     continue
                 if dst is None:
-                    data = ctypes.string_at(addr, ln)
-                    out[i] = _as_tensor(data)
+                    out[i] = _as_tensor(ctypes.string_at(addr, ln))
                 else:
-                    ctypes.memmove(dst, addr, ln)
+                    ctypes.memmove(dst, addr, ln)  # each target its own length: one value at a time
                     out[i] = t
-        finally:
-            self.client.release_views(plan)
         self._count(get_pages=sum(o is not None for o in out))
         return out
 
@@ -643,7 +657,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
                            lambda: self._legacy_set(keys, values, target_locations, target_sizes))
 
     def _legacy_set(self, keys, values, targets, sizes) -> bool:
-        import ctypes
+        if not self._window_open():
+            self._count(backup_backpressure_pages=len(keys))
+            self._fail("set", fluxon.Timeout("max_pending_backups batches are not settled yet (backpressure)"),
+                       len(keys))
+            return False
         srcs = []
         for i in range(len(keys)):
             if values is not None:
@@ -654,22 +672,11 @@ class FluxonHiCacheStorage(HiCacheStorage):
         by_len: Dict[int, List[int]] = {}
         for i, (_, ln, _) in enumerate(srcs):
             by_len.setdefault(ln, []).append(i)
+        stored = True
         for ln, idx in by_len.items():
-            skeys = [self._flat_key(keys[i]) for i in idx]
-            try:
-                plan = self.client.local_fast_put_start(skeys, ln)
-            except fluxon.KeyConflict as e:
-                # Stored or being stored elsewhere is a success; the rest goes again.
-                rest = [i for j, i in enumerate(idx) if j not in set(e.indices)]
-                if not rest:
-                    continue
-                idx, skeys = rest, [self._flat_key(keys[i]) for i in rest]
-                plan = self.client.local_fast_put_start(skeys, ln)
-            for addr, i in zip(fluxon.plan_pointers(plan), idx):
-                ctypes.memmove(addr, srcs[i][0], ln)
-            self._track(self.client.local_fast_put_commit(plan), len(idx))
-            self._count(set_pages=len(idx), set_bytes=len(idx) * ln)
-        return True
+            ok = self._put([self._flat_key(keys[i]) for i in idx], ln, [srcs[i][0] for i in idx], [ln])
+            stored = stored and all(ok)
+        return stored
 
     def _flat_key(self, page_hash: str) -> str:
         g = self._geoms.get("kv")
