@@ -46,13 +46,9 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -114,57 +110,15 @@ def import_fluxon():
     return importlib.import_module("fluxon")
 
 
-def find_fluxon_bin() -> str:
-    cands = [os.environ.get("FLUXON_BIN", "")]
-    if os.environ.get("FLUXON_BUILD_DIR"):
-        cands.append(str(Path(os.environ["FLUXON_BUILD_DIR"]) / "tools" / "fluxon"))
-    cands += [str(ROOT / "build" / "tools" / "fluxon"), shutil.which("fluxon") or ""]
-    for c in cands:
-        if c and Path(c).is_file():
-            return c
-    raise SystemExit("real_kv: the fluxon binary was not found: set FLUXON_BIN")
+# The daemons: one master + one owner, as `fluxon cluster up` starts them (fluxon.testing.LocalCluster).
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# --------------------------------------------------------------------------------------------
-# The daemons: one master + one owner, as `fluxon cluster up` starts them from a config file.
-
-class Daemons:
-    def __init__(self, dram: int, grant: int):
-        self.bin = find_fluxon_bin()
-        self.dir = Path(tempfile.mkdtemp(prefix="fluxon-realkv-"))
-        self.name = f"realkv{os.getpid()}"
-        self.owner_port = free_port()
-        self.cfg = self.dir / "cluster.yaml"
-        mib = 1 << 20
-        self.cfg.write_text(
-            f"cluster_name: {self.name}\nrun_dir: {self.dir}\nmaster: {{port: {free_port()}}}\nowners:\n"
-            f"  - {{node_id: 1, port: {self.owner_port}, contribute_to_cluster_pool_size: {{dram: {dram // mib}MiB}},"
-            f" local_reserve_grant_bytes: {grant // mib}MiB, eviction_free_watermark: 0}}\n")
-        self.up = False
-
-    def start(self):
-        r = subprocess.run([self.bin, "cluster", "up", str(self.cfg)], capture_output=True, text=True)
-        if r.returncode != 0:
-            logs = "".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in self.dir.glob("*.log"))
-            raise RuntimeError(f"fluxon cluster up failed ({r.returncode}): {r.stdout}{r.stderr}\n{logs}")
-        self.up = True
-        return self
-
-    def client_config(self) -> dict:
-        return {"cluster_name": self.name,
-                "client": {"owner_address": f"127.0.0.1:{self.owner_port}", "rpc_timeout_ms": 60000}}
-
-    def stop(self):
-        if self.up:
-            subprocess.run([self.bin, "cluster", "down", str(self.cfg)], capture_output=True)
-            self.up = False
-        shutil.rmtree(self.dir, ignore_errors=True)
+def daemons_of(dram: int, grant: int):
+    from fluxon.testing import LocalCluster
+    mib = 1 << 20
+    return LocalCluster({"owners": [{"contribute_to_cluster_pool_size": {"dram": f"{dram // mib}MiB"},
+                                     "local_reserve_grant_bytes": f"{grant // mib}MiB",
+                                     "eviction_free_watermark": 0}]},
+                        name=f"realkv{os.getpid()}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1040,17 +994,17 @@ def main(argv=None):
     dram, grant, why = plan_owner_dram(a, shapes)
     log(f"real_kv: owner segment {fmt_bytes(dram)} ({why}), grants of {fmt_bytes(grant)}")
 
-    daemons, client, rc = Daemons(dram, grant), None, 1
+    daemons, client, rc = daemons_of(dram, grant), None, 1
     # A kill by timeout must still bring the daemons down (cluster up detaches them).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        daemons.start()
-        client = fluxon.KvClient(daemons.client_config())
+        daemons.up()
+        client = fluxon.KvClient(daemons.client_config(0, rpc_timeout_ms=60000))
         segs = client.wait_local_segments_ready()
         if not segs or segs[0]["segment_label"] != "external_owner:0" or segs[0]["len"] < dram // 2:
             raise RuntimeError(f"unexpected segments: {segs}")
         seg = segs[0]
-        log(f"real_kv: attached to the owner daemon at 127.0.0.1:{daemons.owner_port}, segment "
+        log(f"real_kv: attached to the owner daemon at {daemons.owner_address(0)}, segment "
             f"{seg['segment_label']} of {fmt_bytes(seg['len'])}")
         if gpu:
             t0 = time.perf_counter()
@@ -1074,7 +1028,7 @@ def main(argv=None):
     finally:
         if client is not None:
             client.close()
-        daemons.stop()
+        daemons.down()
 
     print_table(summary, a)
     for x in absent:

@@ -25,13 +25,8 @@ Medians over rounds; every result is checked (all True, the exact hit count).
 import argparse
 import ctypes
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,23 +38,6 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 import torch  # noqa: E402
 
 from sglang_harness import MHAHostPool, dynamic_extra, load_backend, page_indices, storage_config  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=15):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(port)
 
 
 def p50(xs):
@@ -126,23 +104,12 @@ def main():
     scratch.fill_(1)
     sbase = scratch.data_ptr()
 
-    tmp = Path(tempfile.mkdtemp(prefix="fluxon-sglang-bench-"))
-    mport, oport = free_port(), free_port()
     seg_mib = (2 * total) // 2**20 + 1024
-    cfg = tmp / "cluster.yaml"
-    cfg.write_text(f"cluster_name: sgb{oport}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: 0}}\n"
-                   f"owners:\n  - {{node_id: 1, port: {oport}, metrics_port: 0, "
-                   f"contribute_to_cluster_pool_size: {{dram: {seg_mib}MiB}}, local_reserve_grant_bytes: 512MiB}}\n")
-    client_cfg = tmp / "client.yaml"
-    client_cfg.write_text(f"cluster_name: sgb{oport}\nclient: {{owner_address: 127.0.0.1:{oport}, "
-                          f"channel: {a.channel}}}\n")
-    fl = str(BUILD / "tools" / "fluxon")
-    procs = [subprocess.Popen([fl, "master", "--config", str(cfg)], stdout=open(tmp / "master.log", "w"),
-                              stderr=subprocess.STDOUT)]
-    wait_port(mport)
-    procs.append(subprocess.Popen([fl, "owner", "--config", str(cfg), "--node-id", "1"],
-                                  stdout=open(tmp / "owner.log", "w"), stderr=subprocess.STDOUT))
-    wait_port(oport)
+    from fluxon.testing import LocalCluster
+    cluster = LocalCluster({"owners": [{"contribute_to_cluster_pool_size": {"dram": f"{seg_mib}MiB"},
+                                        "local_reserve_grant_bytes": "512MiB"}]},
+                           fluxon_bin=str(BUILD / "tools" / "fluxon")).up()
+    client_cfg = cluster.client_config_file(0, channel=a.channel)
     try:
         rows = {}
         for threads in (1, 0):
@@ -204,13 +171,10 @@ def main():
               f"({p50(old) / p50(ex):.2f}x exists)")
         overhead(client_cfg, a.calls, a.channel)
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-            p.wait(timeout=15)
-        if sys.exc_info()[0] is None:
-            shutil.rmtree(tmp, ignore_errors=True)  # leaves nothing behind; a failed run keeps its logs
-        else:
-            print(f"sglang_bench: the daemons' logs are in {tmp}", file=sys.stderr)
+        failed = sys.exc_info()[0] is not None
+        cluster.down(keep_run_dir=failed)  # leaves nothing behind; a failed run keeps its logs
+        if failed:
+            print(f"sglang_bench: the daemons' logs are in {cluster.run_dir}", file=sys.stderr)
     return 0
 
 

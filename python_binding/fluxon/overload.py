@@ -23,15 +23,11 @@ import ctypes
 import json
 import multiprocessing as mp
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from .workload import find_fluxon_bin, free_port
+from .testing import LocalCluster
 
 DOCUMENTED = {"NoSpace", "LocalReserveTimeout", "Timeout", "Busy"}
 TEMPORARY = ["slots_prepared", "slots_pending_local_visible", "slots_pending", "active_put_plans",
@@ -238,22 +234,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rss-bound-mib", type=int, default=512, help="each daemon's anonymous memory bound")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    fb = find_fluxon_bin()
-    tmp = Path(tempfile.mkdtemp(prefix="fluxon-overload-"))
-    name = f"ov{os.getpid()}"
-    oport = free_port()
-    cfg = tmp / "cluster.yaml"
-    cfg.write_text(f"cluster_name: {name}\nrun_dir: {tmp}\nmaster: {{port: {free_port()}}}\nowners:\n"
-                   f"  - {{node_id: 1, port: {oport}, contribute_to_cluster_pool_size: {{dram: {a.owner_dram}}},"
-                   f" local_reserve_grant_bytes: 4MiB}}\n")
-    conf = {"cluster_name": name, "client": {"owner_address": f"127.0.0.1:{oport}", "rpc_timeout_ms": 30000}}
-    up = subprocess.run([fb, "cluster", "up", str(cfg)], capture_output=True, text=True)
+    cluster = LocalCluster({"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
+                                        "local_reserve_grant_bytes": "4MiB"}]}, name=f"ov{os.getpid()}")
+    conf = cluster.client_config(0, rpc_timeout_ms=30000)
     ok = False
     report: dict = {}
     try:
-        if up.returncode != 0:
-            raise SystemExit(f"overload: the cluster did not start: {up.stdout}{up.stderr}")
-        pids = {n: int((tmp / f"{n}.pid").read_text()) for n in ("master", "owner-1")}
+        try:
+            cluster.up()
+        except RuntimeError as e:
+            raise SystemExit(f"overload: the cluster did not start: {e}")
+        pids = {n: cluster.daemon(n).pid for n in ("master", "owner-1")}
         sampler = Sampler(pids)
         sampler.start()
         base = run_phase("base", conf, a.clients, a.seconds, a.interval, a.batch, a.value_bytes)
@@ -288,11 +279,9 @@ def main(argv=None) -> int:
         report["problems"] = problems
         ok = not problems
     finally:
-        subprocess.run([fb, "cluster", "down", str(cfg)], stdout=subprocess.DEVNULL)
-        if ok:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"overload: the daemons' logs are in {tmp}", file=sys.stderr)
+        cluster.down(keep_run_dir=not ok)
+        if not ok:
+            print(f"overload: the daemons' logs are in {cluster.run_dir}", file=sys.stderr)
     if a.json:
         print(json.dumps(report, indent=1))
     else:

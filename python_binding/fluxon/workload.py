@@ -27,14 +27,13 @@ import json
 import multiprocessing as mp
 import os
 import random
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
+
+from .testing import LocalCluster, find_fluxon_bin, free_port
 
 PAGE_TOKENS_DEFAULT = 64
 
@@ -544,17 +543,6 @@ def rank_main(inst, rank, a, client_conf, barrier, slots, round_barrier, out_q):
                "counters": backend.counters, "owner_stats": stats, "master_stats": mstats})
 
 
-def find_fluxon_bin():
-    env = os.environ.get("FLUXON_BIN")
-    if env:
-        return env
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent.parent / "tools" / "fluxon", Path(shutil.which("fluxon") or "/nonexistent")):
-        if cand.exists():
-            return str(cand)
-    raise SystemExit("fluxon binary not found: set FLUXON_BIN")
-
-
 def _stale_turnover(v: str):
     """--eviction-stale-turnover: auto, or a number of segments (the owner checks its range)."""
     if v == "auto":
@@ -571,27 +559,6 @@ def _double(size: str) -> str:
         if size.endswith(u):
             return f"{int(float(size[:-len(u)]) * 2 * m)}"
     return str(int(size) * 2)
-
-
-def free_port():
-    """A free port for a private daemon, below the kernel's ephemeral range: a killed daemon's port
-    (crash chaos) must not be taken by some client's outgoing connection before it restarts."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rnd = random.Random()
-    for _ in range(200):
-        port = rnd.randrange(max(1024, low - 12000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv=None):
@@ -749,7 +716,7 @@ def main(argv=None):
         a.turns = (reqs[-1].timestamp_ms - reqs[0].timestamp_ms) // a.round_ms + 1  # rounds
         a.sessions = len(reqs)
     a.gpu_pages = 512 if a.gpu_pages is None else a.gpu_pages
-    a.master_keys = ""
+    a.master_keys = {}
     if a.master_tiers:
         try:
             t2, t1 = (float(x) for x in a.master_tiers.split(","))
@@ -757,8 +724,8 @@ def main(argv=None):
             ap.error(f"--master-tiers: expected T2,T1 (two shares, e.g. 0.8,0.6), not {a.master_tiers!r}")
         if not (0 < t2 <= 1 and 0 <= t1 < t2):
             ap.error(f"--master-tiers: expected 0 < T1 < T2 <= 1 (or T1 = 0), not {a.master_tiers!r}")
-        a.master_keys = f", replica_cache_capacity_ratio: {t2}" + (
-            f", replica_writeback_tier1_capacity_ratio: {t1}" if t1 else "")
+        a.master_keys = {"replica_cache_capacity_ratio": t2,
+                         **({"replica_writeback_tier1_capacity_ratio": t1} if t1 else {})}
     a.key_prefix = a.key_prefix or f"wl{os.getpid()}{int(time.time())}"
     a.pythonpath = str(Path(__file__).resolve().parent.parent)
     if a.compare:
@@ -1286,7 +1253,7 @@ def run_once(a):
         raise SystemExit("workload: --mode split has its own L3 store: no --remote-cache, --hot-writeback or --config")
     if split and a.l2_pages <= 0:
         raise SystemExit("workload: --mode split needs --l2-pages (each rank's host pool)")
-    cluster = None
+    cluster = lc = None
     metrics_ports = []  # (what, port) of each private owner
     if a.config:
         if a.instances > 1 or a.remote_cache:
@@ -1297,50 +1264,43 @@ def run_once(a):
         client_confs = [{"owners": [{"contribute_to_cluster_pool_size": {"dram": a.owner_dram},
                                      "local_reserve_grant_bytes": a.grant}]}]
     else:
-        tmp = Path(tempfile.mkdtemp(prefix="fluxon-workload-"))
-        mport = free_port()
         # split: one owner, the L3 store every instance writes through to; unified: an owner per instance
-        oports = [free_port() for _ in range(1 if split else a.instances)]
-        cfg = tmp / "cluster.yaml"
-        order = f", eviction_order: {a.eviction_order}" if a.eviction_order and not split else ""
+        n_inst_owners = 1 if split else a.instances
+        order = {"eviction_order": a.eviction_order} if a.eviction_order and not split else {}
         if order and a.eviction_order == "prefix_depth" and a.eviction_stale_turnover:
-            order += f", eviction_stale_turnover: {a.eviction_stale_turnover}"
+            order["eviction_stale_turnover"] = a.eviction_stale_turnover
         if a.masters > 1:  # the HA mode: a private etcd (started by `cluster up`), masters campaigning
             master_metrics = [free_port() for _ in range(a.masters)]
-            text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\netcd: {{endpoints: [http://127.0.0.1:{free_port()}], "
-                    f"lease_ttl_ms: {a.lease_ms}}}\nmasters:\n"
-                    + "".join(f"  - {{port: {free_port()}, metrics_port: {m}{a.master_keys}}}\n" for m in master_metrics)
-                    + "owners:\n")
+            conf = {"etcd": {"lease_ttl_ms": a.lease_ms},
+                    "masters": [{"metrics_port": m, **a.master_keys} for m in master_metrics]}
         else:
             master_metrics = [free_port() if a.chaos is not None else 0]
-            text = (f"cluster_name: wl{os.getpid()}\nrun_dir: {tmp}\nmaster: {{port: {mport}, metrics_port: "
-                    f"{master_metrics[0]}{a.master_keys}}}\nowners:\n")
-        for i, op in enumerate(oports):
-            hot = f", replica_writeback_hot_capacity_ratio: {a.hot_writeback}" if a.hot_writeback else ""
-            if a.hot_writeback and a.writeback_demote:
-                hot += f", writeback_demote: {'true' if a.writeback_demote == 'on' else 'false'}"
+            conf = {"master": {"metrics_port": master_metrics[0], **a.master_keys}}
+        conf["owners"] = []
+        for i in range(n_inst_owners):
+            o = {"metrics_port": free_port(), "local_reserve_grant_bytes": a.grant,
+                 "contribute_to_cluster_pool_size": {"dram": (a.store_dram or a.owner_dram) if split else a.owner_dram}}
+            if a.hot_writeback:
+                o["replica_writeback_hot_capacity_ratio"] = a.hot_writeback
+                if a.writeback_demote:
+                    o["writeback_demote"] = a.writeback_demote == "on"
             if a.eviction_free_watermark is not None:
-                hot += f", eviction_free_watermark: {a.eviction_free_watermark}"
+                o["eviction_free_watermark"] = a.eviction_free_watermark
             if a.eviction_interval_ms is not None:
-                hot += f", eviction_interval_ms: {a.eviction_interval_ms}"
-            hot += order
-            mp_ = free_port()
-            metrics_ports.append(("store" if split else f"instance {i}", mp_))
-            dram = (a.store_dram or a.owner_dram) if split else a.owner_dram
-            text += (f"  - {{node_id: {i + 1}, port: {op}, metrics_port: {mp_}, contribute_to_cluster_pool_size:"
-                     f" {{dram: {dram}}}, local_reserve_grant_bytes: {a.grant}{hot}}}\n")
+                o["eviction_interval_ms"] = a.eviction_interval_ms
+            metrics_ports.append(("store" if split else f"instance {i}", o["metrics_port"]))
+            conf["owners"].append({**o, **order})
         rc_dram = a.remote_cache_dram or _double(a.owner_dram)
         # Only unified's owners: split's store stands in for another system's (it keeps the tier order).
         for j in range(a.remote_cache):
-            mp_ = free_port()
-            metrics_ports.append((f"cpu owner {j}", mp_))
-            text += (f"  - {{node_id: {len(oports) + j + 1}, role: remote_cache, port: {free_port()},"
-                     f" metrics_port: {mp_}, contribute_to_cluster_pool_size: {{dram: {rc_dram}}},"
-                     f" local_reserve_grant_bytes: {a.grant}{order}}}\n")
-        cfg.write_text(text)
-        fb = find_fluxon_bin()
-        subprocess.run([fb, "cluster", "up", str(cfg)], check=True, stdout=subprocess.DEVNULL)
-        cluster = (fb, cfg)
+            o = {"role": "remote_cache", "metrics_port": free_port(), "contribute_to_cluster_pool_size": {"dram": rc_dram},
+                 "local_reserve_grant_bytes": a.grant, **order}
+            metrics_ports.append((f"cpu owner {j}", o["metrics_port"]))
+            conf["owners"].append(o)
+        lc = LocalCluster(conf, name=f"wl{os.getpid()}", fluxon_bin=find_fluxon_bin())
+        lc.up()
+        cluster = (lc.bin, lc.config)
+        oports = lc.owner_ports[:n_inst_owners]
         client_confs = [{"client": {"owner_address": f"127.0.0.1:{oports[0 if split else i]}"}}
                         for i in range(a.instances)]
     if a.chaos is not None and (not cluster or split):
@@ -1397,14 +1357,13 @@ def run_once(a):
                 p.join(5)
         if chaos:
             chaos.finish()  # (again, when a rank failed: the bystander goes before the cluster)
-        if cluster:
-            subprocess.run([cluster[0], "cluster", "down", str(cluster[1])], stdout=subprocess.DEVNULL)
+        if lc:
             # The private cluster's run_dir goes with it; a failed run keeps its logs and says where
             # (a run stopped by the user - Ctrl-C, SIGTERM - keeps nothing).
-            if sys.exc_info()[0] in (None, KeyboardInterrupt, Stopped):
-                shutil.rmtree(cluster[1].parent, ignore_errors=True)
-            else:
-                print(f"workload: the daemons' logs are in {cluster[1].parent}", file=sys.stderr)
+            keep = sys.exc_info()[0] not in (None, KeyboardInterrupt, Stopped)
+            lc.down(keep_run_dir=keep)
+            if keep:
+                print(f"workload: the daemons' logs are in {lc.run_dir}", file=sys.stderr)
     # The instances' rank 0 together: requests and tokens add up, a round lasts as long as its slowest.
     leads = [r for r in results if r["rank"] == 0]
     r0 = {"totals": {}, "rounds": []}

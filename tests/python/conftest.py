@@ -19,6 +19,7 @@ FLUXON_BIN = str(BUILD / "tools" / "fluxon")
 CHANNEL = os.environ.get("FLUXON_TEST_CHANNEL", "auto")
 
 import fluxon  # noqa: E402
+from fluxon.testing import LocalCluster, free_port as _free_port  # noqa: E402
 
 
 def _segments() -> set:
@@ -40,10 +41,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def free_port() -> int:
-    """A free port below the kernel's ephemeral range (the workload's choice): a daemon a test
-    kills and restarts on its port must not find it taken by a client's outgoing connection."""
-    from fluxon.workload import free_port as below_ephemeral
-    return below_ephemeral()
+    """A free port below the kernel's ephemeral range (fluxon.testing's): a daemon a test kills and
+    restarts on its port must not find it taken by a client's outgoing connection."""
+    return _free_port()
 
 
 def wait_port(port: int, proc=None, timeout=15.0) -> None:
@@ -128,42 +128,29 @@ def wait_metric(port: int, name: str, want, timeout=20.0):
     return got
 
 
-class Cluster:
-    """A master and owners as real processes, started from a generated config file."""
+class Cluster(LocalCluster):
+    """A master and owners as real processes, built by fluxon.testing.LocalCluster (the config, its
+    ports, the client configs) and started here, each daemon a child process of the test (stopped,
+    killed and paused one by one, its exit seen)."""
 
     def __init__(self, tmp: Path, name: str, owners: int = 1, owner_extra="", metrics: bool = False,
                  dram: str = "256MiB", master_extra: str = "", key_file: str = None):
-        """owner_extra: config lines added to every owner, or a list of them, one per owner;
+        """owner_extra: YAML keys added to every owner, or a list of them, one per owner;
         master_extra: keys added to the master's mapping ("k: v, k: v"); key_file: the cluster key
         (auth: {key_file}) of the daemons and, by default, of the clients."""
-        self.name = name
+        import yaml
         self.key_file = key_file
-        self._shape = (tmp, owners, owner_extra, metrics, dram, master_extra)
-        self._write_config()
+        settings = {"cluster_name": name, "run_dir": str(tmp),
+                    "master": yaml.safe_load("{" + master_extra + "}") if master_extra else {}, "owners": []}
+        if key_file:
+            settings["auth"] = {"key_file": key_file}
+        for i in range(owners):
+            extra = owner_extra[i] if isinstance(owner_extra, list) else owner_extra
+            settings["owners"].append(dict(yaml.safe_load(extra) or {}) if extra.strip() else {})
+        super().__init__(settings, dram=dram, grant="16MiB", metrics=metrics, fluxon_bin=FLUXON_BIN)
         self.logs = tmp
         self.master = None
         self.owners = [None] * owners
-
-    def _write_config(self):
-        """Fresh ports, the config file written with them."""
-        tmp, owners, owner_extra, metrics, dram, master_extra = self._shape
-        self.master_port = free_port()
-        # Only clusters that test metrics (or the status page) serve them.
-        self.metrics_port = free_port() if metrics else 0
-        self.owner_ports = [free_port() for _ in range(owners)]
-        self.owner_metrics = [free_port() if metrics else 0 for _ in range(owners)]
-        lines = [f"cluster_name: {self.name}", f"run_dir: {tmp}",
-                 *([f"auth: {{key_file: {self.key_file}}}"] if self.key_file else []),
-                 f"master: {{port: {self.master_port}, metrics_port: {self.metrics_port}"
-                 + (f", {master_extra}" if master_extra else "") + "}", "owners:"]
-        for i, (p, mp) in enumerate(zip(self.owner_ports, self.owner_metrics)):
-            lines += [f"  - node_id: {i + 1}", f"    port: {p}", f"    metrics_port: {mp}",
-                      f"    contribute_to_cluster_pool_size: {{dram: {dram}}}",
-                      "    local_reserve_grant_bytes: 16MiB"]
-            extra = owner_extra[i] if isinstance(owner_extra, list) else owner_extra
-            lines += [f"    {l}" for l in extra.splitlines() if l.strip()]
-        self.config = tmp / f"{self.name}.yaml"
-        self.config.write_text("\n".join(lines) + "\n")
 
     def _spawn(self, args, log):
         return subprocess.Popen([FLUXON_BIN, *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT)
@@ -198,9 +185,9 @@ class Cluster:
                 self.stop()
                 if "cannot listen" not in logs or attempt == 2:
                     raise
-                for p in self.logs.glob("*.log"):
-                    p.unlink()
-                self._write_config()
+                self.repick_ports()
+
+    up = start
 
     def stop(self):
         for i in range(len(self.owners)):
@@ -208,6 +195,8 @@ class Cluster:
         if self.master and self.master.poll() is None:
             self.master.send_signal(signal.SIGTERM)
             self.master.wait(timeout=10)
+
+    down = stop
 
     def client_config_file(self, i: int = 0) -> str:
         """The client config a user writes for an SGLang worker of owner i (a YAML file)."""

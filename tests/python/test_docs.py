@@ -6,7 +6,6 @@ inside the repository, and every example config the CLI carries is the file in c
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 

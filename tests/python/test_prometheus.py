@@ -13,7 +13,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 

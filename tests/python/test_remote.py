@@ -182,9 +182,9 @@ def test_t1_remote_gets_between_daemons_under_injected_faults(tmp_path):
     extra = "publish_retry_ms: 100\nlocal_reserve_hard_timeout_ms: 4000"
     c = Cluster(tmp_path, f"rft{os.getpid()}x{free_port()}", owners=2, owner_extra=extra).start()
     try:
-        c.config.write_text(c.config.read_text().replace(
-            "  - node_id: 2\n", "  - node_id: 2\n    fault_injection: {seed: 11, drop: 0.3, duplicate: 0.3, "
-            "max_delay_ms: 20, fetch_fail: 0.3}\n"))
+        c.settings["owners"][1]["fault_injection"] = {"seed": 11, "drop": 0.3, "duplicate": 0.3, "max_delay_ms": 20,
+                                                      "fetch_fail": 0.3}
+        c.save()
         c.stop_owner(1)
         c.start_owner(1)
         a = fluxon.KvClient(c.client_config(0))

@@ -385,16 +385,20 @@ def test_replay_stopped_by_sigterm_takes_its_cluster_down_and_leaves_nothing(tmp
         while "requests" not in seen and time.time() < deadline:  # the first progress line: running
             seen += p.stderr.readline()
         assert "requests" in seen, seen
-        run_dirs = list(tmp_path.glob("fluxon-workload-*"))
+        run_dirs = list(tmp_path.glob("fluxon-wl*"))  # LocalCluster: fluxon-<cluster name>-*
         assert len(run_dirs) == 1
         daemons = subprocess.run(["pgrep", "-f", str(run_dirs[0])], capture_output=True, text=True).stdout.split()
         assert len(daemons) >= 3  # master, two instance owners, the CPU owner
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 128 + signal.SIGTERM
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        if p.poll() is None:  # failed before its SIGTERM: stopped the same way (a SIGKILL would leave the cluster up)
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
     assert subprocess.run(["pgrep", "-f", str(run_dirs[0])], capture_output=True).returncode == 1  # none left
     assert not list(tmp_path.iterdir())
     assert set(os.listdir("/dev/shm")) <= shm_before
