@@ -164,6 +164,11 @@ int cluster_up(const std::string& config_path, const ClusterConfig& cfg, const s
       if (!alive(pid)) break;
       up = port_open(p.host, p.port);
       if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!up && i == 20) {  // a second already: say what it waits for
+        std::printf("%-10s starting (pid %d): waiting for %s:%u to listen, up to 15 s (log %s)\n", p.name.c_str(), pid,
+                    p.host.c_str(), p.port, log.c_str());
+        std::fflush(stdout);
+      }
     }
     if (!up) {
       std::fprintf(stderr, "%s did not come up; see %s\n", p.name.c_str(), log.c_str());

@@ -11,6 +11,7 @@
 #include "fluxon/actors/runtime.hpp"
 #include "fluxon/runtime/auth.hpp"
 #include "example_configs.hpp"
+#include "fluxon/runtime/log.hpp"
 
 using namespace fluxon;
 
@@ -18,8 +19,8 @@ static int usage() {
   std::fprintf(stderr,
                "usage:\n"
                "  fluxon --version\n"
-               "  fluxon master --config FILE [--index N]  (N: its entry in masters:, the HA mode)\n"
-               "  fluxon owner  --config FILE [--node-id N]\n"
+               "  fluxon master --config FILE [--index N] [--log-format text|json]  (N: its entry in masters:, HA)\n"
+               "  fluxon owner  --config FILE [--node-id N] [--log-format text|json]\n"
                "  fluxon cluster up|down|status|cleanup FILE\n"
                "                                         (cleanup: removes the segments of the cluster's dead owners)\n"
                "  fluxon cluster prometheus-config FILE [--interval 5s]\n"
@@ -64,6 +65,17 @@ int main(int argc, char** argv) {
   bool all_stats = false;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--stats")) all_stats = true;
+    if (!std::strcmp(argv[i], "--log-format") && i + 1 < argc) {
+      // The daemons' log lines: text (default) or json; FLUXON_LOG_FORMAT says the same for
+      // daemons started by `fluxon cluster up` (they inherit it).
+      auto f = logging::parse_format(argv[i + 1]);
+      if (!f.ok()) {
+        std::fprintf(stderr, "fluxon: --log-format: %s\n", f.status().message().c_str());
+        return 2;
+      }
+      logging::set_format(*f);
+      setenv("FLUXON_LOG_FORMAT", argv[i + 1], 1);
+    }
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
     else if (!std::strcmp(argv[i], "--node-id") && i + 1 < argc) node_id = uint32_t(std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--index") && i + 1 < argc) index = std::atoi(argv[++i]);

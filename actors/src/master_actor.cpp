@@ -14,6 +14,7 @@
 #include "fluxon/runtime/campaign.hpp"
 #include "fluxon/runtime/metrics.hpp"
 #include "fluxon/runtime/recorder.hpp"
+#include "fluxon/runtime/log.hpp"
 
 namespace fluxon::actors {
 
@@ -155,7 +156,7 @@ caf::behavior master_actor(caf::stateful_actor<MasterState>* self, MasterConfig 
           std::vector<Metrics::Page>{{"/", "text/html; charset=utf-8", status_page_html()},
                                      {"/api/status", "application/json", "{}"}});
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "fluxon master: metrics on port %u disabled: %s\n", mcfg.metrics_port, e.what());
+      logging::logf(logging::Level::kWarn, "master", "metrics on port %u disabled: %s\n", mcfg.metrics_port, e.what());
     }
   }
   self->send(self, tick_atom::value);
@@ -191,12 +192,12 @@ namespace fluxon {
 
 int run_master_daemon(const ClusterConfig& cfg, int index) {
   if (cfg.ha() && (index < 0 || size_t(index) >= cfg.masters.size())) {
-    std::fprintf(stderr, "fluxon master: --index %d: the config lists %zu masters (0..%zu)\n", index,
+    logging::logf(logging::Level::kError, "master", "--index %d: the config lists %zu masters (0..%zu)\n", index,
                  cfg.masters.size(), cfg.masters.size() - 1);
     return 2;
   }
   if (!cfg.ha() && index > 0) {
-    std::fprintf(stderr, "fluxon master: --index %d: the config has one master (no masters: list)\n", index);
+    logging::logf(logging::Level::kError, "master", "--index %d: the config has one master (no masters: list)\n", index);
     return 2;
   }
   const MasterConfig& mc = cfg.ha() ? cfg.masters[size_t(index)] : cfg.master;
@@ -216,33 +217,33 @@ int run_master_daemon(const ClusterConfig& cfg, int index) {
   if (cfg.auth.enabled()) {
     auto k = load_key_file(cfg.auth.key_file);
     if (!k.ok()) {
-      std::fprintf(stderr, "fluxon master: %s\n", k.status().to_string().c_str());
+      logging::logf(logging::Level::kError, "master", "%s\n", k.status().to_string().c_str());
       return 2;
     }
     key = *k;
-    std::fprintf(stderr, "fluxon master: auth on: every connection proves the cluster key (key %s from %s)\n",
+    logging::logf(logging::Level::kInfo, "master", "auth on: every connection proves the cluster key (key %s from %s)\n",
                  key->fingerprint().c_str(), cfg.auth.key_file.c_str());
   } else {
-    std::fprintf(stderr, "fluxon master: auth off (no auth.key_file): listening on loopback only\n");
+    logging::logf(logging::Level::kInfo, "master", "auth off (no auth.key_file): listening on loopback only\n");
   }
   auto gate_stats = std::make_shared<actors::GateStats>();
   auto master = sys.spawn(actors::master_actor, mc, cfg.cluster_name, true, campaign, key, gate_stats);
   auto gate = actors::spawn_gate(sys, master, key, gate_stats, "the master");
   auto port = sys.middleman().publish(gate, mc.port, mc.listen_host.c_str(), true);
   if (!port) {
-    std::fprintf(stderr, "fluxon master: cannot listen on %s:%u: %s\n", mc.listen_host.c_str(), mc.port,
+    logging::logf(logging::Level::kError, "master", "cannot listen on %s:%u: %s\n", mc.listen_host.c_str(), mc.port,
                  sys.render(port.error()).c_str());
     caf::anon_send_exit(master, caf::exit_reason::user_shutdown);
     return 1;
   }
   // The port is this master's: now it campaigns (until elected it answers "not the leader").
   if (campaign) campaign->start();
-  std::printf("fluxon master: cluster %s listening on %s:%u (metrics %s)%s\n", cfg.cluster_name.c_str(),
+  logging::logf(logging::Level::kInfo, "master", "cluster %s listening on %s:%u (metrics %s)%s\n", cfg.cluster_name.c_str(),
               mc.listen_host.c_str(), *port, mc.metrics_port ? std::to_string(mc.metrics_port).c_str() : "off",
               cfg.ha() ? (", campaigning through etcd as masters[" + std::to_string(index) + "]").c_str() : "");
   std::fflush(stdout);
   const int sig = actors::wait_stop_signal();
-  std::printf("fluxon master: signal %d, stopping\n", sig);
+  logging::logf(logging::Level::kInfo, "master", "signal %d, stopping\n", sig);
   std::fflush(stdout);
   caf::anon_send_exit(master, caf::exit_reason::user_shutdown);
   campaign.reset();  // a leader resigns: its key goes now, and a standby takes over without waiting out the lease

@@ -19,6 +19,7 @@
 #include "fluxon/runtime/recorder.hpp"
 #include "fluxon/runtime/segment.hpp"
 #include "fluxon/runtime/transport.hpp"
+#include "fluxon/runtime/log.hpp"
 
 namespace fluxon::actors {
 
@@ -458,7 +459,7 @@ void try_connect(Self* self, uint64_t epoch) {
               }
               if (proven.message() != st.master_refusal) {  // said once, not at every retry
                 st.master_refusal = proven.message();
-                std::fprintf(stderr, "fluxon owner: %s (retrying)\n", proven.to_string().c_str());
+                logging::logf(logging::Level::kWarn, "owner", "%s (retrying)\n", proven.to_string().c_str());
               }
               self->delayed_send(self, std::max<std::chrono::milliseconds>(retry, std::chrono::seconds(1)),
                                  reconnect_atom::value, epoch);
@@ -534,10 +535,10 @@ std::unique_ptr<channel::Server> start_channel(Self* self, const std::string& cl
   auto s = channel::Server::start(channel::socket_name(cluster, ocfg.node_id, generation), generation, opt,
                                   std::move(cb));
   if (!s.ok()) {
-    std::fprintf(stderr, "fluxon owner: client channel disabled: %s\n", s.status().to_string().c_str());
+    logging::logf(logging::Level::kWarn, "owner", "client channel disabled: %s\n", s.status().to_string().c_str());
     return nullptr;
   }
-  std::fprintf(stderr, "fluxon owner: client channel @%s (rings of %u bytes, up to %u sessions)\n",
+  logging::logf(logging::Level::kInfo, "owner", "client channel @%s (rings of %u bytes, up to %u sessions)\n",
                (*s)->name().c_str(), opt.ring_bytes, opt.max_channels);
   return std::move(s.value());
 }
@@ -572,15 +573,15 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
   if (daemon) st.recorder = TrafficRecorder::from_env("owner_request");
   if (daemon) st.channel = start_channel(self, cluster, ocfg, generation);
   if (st.driver->faults().any())
-    std::fprintf(stderr,
-                 "fluxon owner: fault injection: seed=%llu master requests drop=%.2f duplicate=%.2f delay<=%u ms; "
+    logging::logf(logging::Level::kWarn, "owner",
+                 "fault injection: seed=%llu master requests drop=%.2f duplicate=%.2f delay<=%u ms; "
                  "fetches fail=%.2f\n",
                  (unsigned long long)fi.seed, fi.drop, fi.duplicate, fi.max_delay_ms, fi.fetch_fail);
   if (metrics && ocfg.metrics_port != 0) {
     try {
       st.metrics = std::make_unique<Metrics>(ocfg.listen_host, ocfg.metrics_port);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "fluxon owner: metrics on port %u disabled: %s\n", ocfg.metrics_port, e.what());
+      logging::logf(logging::Level::kWarn, "owner", "metrics on port %u disabled: %s\n", ocfg.metrics_port, e.what());
     }
   }
   if (st.master) master_up(self, st.master, /*reconnected=*/false);
@@ -654,7 +655,7 @@ caf::behavior owner_actor(Self* self, std::shared_ptr<Segment> seg, std::shared_
         const auto port = uint16_t(std::atoi(address.c_str() + colon + 1));
         st.driver->see_master_term(term);
         if (host == st.master_host && port == st.master_port && term == st.leader_term) return;
-        std::fprintf(stderr, "fluxon owner: the leader is %s (term %llu)\n", address.c_str(), (unsigned long long)term);
+        logging::logf(logging::Level::kInfo, "owner", "the leader is %s (term %llu)\n", address.c_str(), (unsigned long long)term);
         st.master_host = host;
         st.master_port = port;
         st.leader_term = term;
@@ -697,7 +698,7 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
   const uint64_t generation = new_generation();
   // Segments of this cluster's dead owners (killed with their guardians) go before this one is made.
   for (const SegmentFile& f : sweep_dead_segments(cfg.cluster_name, true).dead)
-    std::fprintf(stderr, "fluxon owner: removed the segment of a dead owner: /dev/shm%s (%llu bytes)\n",
+    logging::logf(logging::Level::kInfo, "owner", "removed the segment of a dead owner: /dev/shm%s (%llu bytes)\n",
                  f.name.c_str(), (unsigned long long)f.bytes);
   auto seg = Segment::create(cfg.cluster_name, ocfg.node_id, generation, ocfg.dram_bytes);
   if (!seg.ok()) {
@@ -727,11 +728,11 @@ caf::actor spawn_owner(caf::actor_system& sys, const ClusterConfig& cfg, const O
     return caf::actor{};
   }
   if (metrics) {  // daemons say which data plane they run and what backs the segment; embedded clients stay quiet
-    std::fprintf(stderr, "fluxon owner: data plane tcp on %s:%u (RDMA: %s)\n", ocfg.advertised_data_host().c_str(),
+    logging::logf(logging::Level::kInfo, "owner", "data plane tcp on %s:%u (RDMA: %s)\n", ocfg.advertised_data_host().c_str(),
                  (*server)->port(), rdma.detail.c_str());
     const MappingPages pg = mapping_pages(shared->base());
-    std::fprintf(stderr,
-                 "fluxon owner: segment of %llu bytes on %llu-byte pages; shmem huge pages: %s (mode '%s'; "
+    logging::logf(logging::Level::kInfo, "owner",
+                 "segment of %llu bytes on %llu-byte pages; shmem huge pages: %s (mode '%s'; "
                  "advise, within_size or always give the segment 2 MiB pages as it fills)\n",
                  (unsigned long long)shared->size(), (unsigned long long)pg.page_bytes,
                  pg.shmem_thp == "advise" || pg.shmem_thp == "within_size" || pg.shmem_thp == "always" ||
@@ -752,7 +753,7 @@ namespace fluxon {
 int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   auto ocfg = cfg.owner(node_id);
   if (!ocfg.ok()) {
-    std::fprintf(stderr, "fluxon owner: %s\n", ocfg.status().to_string().c_str());
+    logging::logf(logging::Level::kError, "owner", "%s\n", ocfg.status().to_string().c_str());
     return 2;
   }
   actors::block_stop_signals();
@@ -766,7 +767,7 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   if (cfg.auth.enabled()) {
     auto k = load_key_file(cfg.auth.key_file);
     if (!k.ok()) {
-      std::fprintf(stderr, "fluxon owner: %s\n", k.status().to_string().c_str());
+      logging::logf(logging::Level::kError, "owner", "%s\n", k.status().to_string().c_str());
       return 2;
     }
     key = *k;
@@ -775,18 +776,18 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
   auto gate_stats = std::make_shared<actors::GateStats>();
   auto owner = actors::spawn_owner(sys, cfg, *ocfg, caf::actor{}, mhost, mport, true, &err, key, gate_stats);
   if (!owner) {
-    std::fprintf(stderr, "fluxon owner: %s\n", err.c_str());
+    logging::logf(logging::Level::kError, "owner", "%s\n", err.c_str());
     return 1;
   }
   if (key)
-    std::fprintf(stderr, "fluxon owner: auth on: every connection proves the cluster key (key %s from %s)\n",
+    logging::logf(logging::Level::kInfo, "owner", "auth on: every connection proves the cluster key (key %s from %s)\n",
                  key->fingerprint().c_str(), cfg.auth.key_file.c_str());
   else
-    std::fprintf(stderr, "fluxon owner: auth off (no auth.key_file): listening on loopback only\n");
+    logging::logf(logging::Level::kInfo, "owner", "auth off (no auth.key_file): listening on loopback only\n");
   auto gate = actors::spawn_gate(sys, owner, key, gate_stats, "the owner");
   auto port = sys.middleman().publish(gate, ocfg->port, ocfg->listen_host.c_str(), true);
   if (!port) {
-    std::fprintf(stderr, "fluxon owner: cannot listen on %s:%u: %s\n", ocfg->listen_host.c_str(), ocfg->port,
+    logging::logf(logging::Level::kError, "owner", "cannot listen on %s:%u: %s\n", ocfg->listen_host.c_str(), ocfg->port,
                  sys.render(port.error()).c_str());
     caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
     return 1;
@@ -797,13 +798,13 @@ int run_owner_daemon(const ClusterConfig& cfg, uint32_t node_id) {
                                           [owner](const LeaderRecord& l) {
                                             caf::anon_send(owner, actors::leader_atom::value, l.address, l.term);
                                           });
-  std::printf("fluxon owner: node %u of cluster %s listening on %s:%u, segment %s bytes, master %s\n",
+  logging::logf(logging::Level::kInfo, "owner", "node %u of cluster %s listening on %s:%u, segment %s bytes, master %s\n",
               ocfg->node_id, cfg.cluster_name.c_str(), ocfg->listen_host.c_str(), *port,
               std::to_string(ocfg->dram_bytes).c_str(),
               cfg.ha() ? "named by etcd" : (mhost + ":" + std::to_string(mport)).c_str());
   std::fflush(stdout);
   const int sig = actors::wait_stop_signal();
-  std::printf("fluxon owner: signal %d, stopping\n", sig);
+  logging::logf(logging::Level::kInfo, "owner", "signal %d, stopping\n", sig);
   std::fflush(stdout);
   watch.reset();
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);

@@ -1,4 +1,5 @@
 #include "fluxon/runtime/campaign.hpp"
+#include "fluxon/runtime/log.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -65,9 +66,9 @@ void Campaign::poke() {
 void Campaign::publish() {
   const bool leads = core_.role() == ElectionCore::Role::kLeader;
   if (leads != leader_.load()) {  // the operator's record of each change, with the reason for a step-down
-    if (leads) std::fprintf(stderr, "fluxon master: leading at term %llu\n", (unsigned long long)core_.term());
+    if (leads) logging::logf(logging::Level::kInfo, "master", "leading at term %llu\n", (unsigned long long)core_.term());
     else
-      std::fprintf(stderr, "fluxon master: stepped down from term %llu (last etcd error: %s)\n",
+      logging::logf(logging::Level::kWarn, "master", "stepped down from term %llu (last etcd error: %s)\n",
                    (unsigned long long)term_.load(), last_error_.empty() ? "none" : last_error_.c_str());
   }
   // valid_until before leader: a reader that sees leader also sees the bound that goes with it.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "fluxon/messages/codec.hpp"
+#include "fluxon/runtime/log.hpp"
 
 namespace fluxon {
 
@@ -15,11 +16,11 @@ std::unique_ptr<TrafficRecorder> TrafficRecorder::from_env(const std::string& ta
   std::error_code ec;
   std::filesystem::create_directories(d, ec);
   if (ec) {
-    std::fprintf(stderr, "fluxon: FLUXON_RECORD: cannot create %s: %s (nothing recorded)\n", d.c_str(),
+    logging::logf(logging::Level::kWarn, "recorder", "FLUXON_RECORD: cannot create %s: %s (nothing recorded)\n", d.c_str(),
                  ec.message().c_str());
     return nullptr;
   }
-  std::fprintf(stderr, "fluxon: recording received %s messages into %s (FLUXON_RECORD)\n", target.c_str(), d.c_str());
+  logging::logf(logging::Level::kInfo, "recorder", "recording received %s messages into %s (FLUXON_RECORD)\n", target.c_str(), d.c_str());
   return std::unique_ptr<TrafficRecorder>(new TrafficRecorder(d, per_kind));
 }
 

@@ -674,3 +674,34 @@ def test_prefix_depth_eviction_keeps_every_sessions_prefix_in_a_real_owner(tmp_p
         c.close()
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_daemon_logs_are_one_format_text_or_json_for_collectors(fmt, monkeypatch):
+    """Every line a daemon writes is one event: time, level, component, message (text), or one JSON
+    object with those keys (FLUXON_LOG_FORMAT=json, as `--log-format json` sets it)."""
+    import json as _json
+    import re as _re
+    from fluxon.testing import LocalCluster
+    monkeypatch.setenv("FLUXON_LOG_FORMAT", fmt)
+    with LocalCluster(owners=1, fluxon_bin=FLUXON_BIN) as c:
+        c.master.terminate()  # a stop writes its line too
+        c.master.wait(10)
+        logs = {p.name: p.read_text() for p in c.run_dir.glob("*.log")}
+    assert set(logs) == {"master.log", "owner-1.log"}
+    lines = [l for text in logs.values() for l in text.splitlines()]
+    assert len(lines) >= 6, logs
+    for line in lines:
+        if fmt == "json":
+            ev = _json.loads(line)
+            assert set(ev) >= {"ts", "level", "component", "msg"} and ev["component"] in ("master", "owner"), line
+            assert _re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", ev["ts"]) and ev["level"] in ("info", "warn", "error")
+        else:
+            assert _re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO |WARN |ERROR) fluxon (master|owner): \S", line), line
+    assert any("listening on" in l for l in lines) and any("stopping" in l for l in logs["master.log"].splitlines())
+
+
+def test_log_format_flag_refuses_what_it_does_not_know():
+    out = subprocess.run([FLUXON_BIN, "master", "--config", "x.yaml", "--log-format", "xml"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 2 and "log format: 'xml' is neither text nor json" in out.stderr
