@@ -1,0 +1,7 @@
+"""`python -m fluxon.workload ...`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
