@@ -117,7 +117,16 @@ struct HttpServer::Impl {
       sent += size_t(n);
     }
     served.fetch_add(1, std::memory_order_relaxed);
+    // A lingering close: what the client still sends (the rest of a head past kMaxHead) is read and
+    // dropped until it closes too - at most kDrainBytes, and no longer than kDrainMs of silence:
+    // closing with unread bytes would reset the connection and could take the answer with it.
     ::shutdown(c, SHUT_WR);
+    size_t drained = 0;
+    while (drained < kDrainBytes && wait_fd(c, POLLIN, stop_pipe[0], kDrainMs)) {
+      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      drained += size_t(n);
+    }
   }
 };
 

@@ -264,9 +264,11 @@ def test_workload_crash_chaos_kill_9_owners_the_master_and_clients_nothing_wrong
         # An instance owner went down while the ranks still had a second of work after it: they lost
         # it and came back. (A kill in the run's last moments may find every rank done; a rank may
         # be idle at a round barrier while its owner is down: counted across the ranks.)
+        # Reattaching needs the owner back (down_s after its kill) while a rank still works.
         ran_s = max(r["totals"]["seconds"] for r in rep["ranks"])
         if len(victims) > 1 and ran_s > ch["events"][1]["at_s"] + 1.0:
             assert sum(r["counters"]["owner_lost"] for r in rep["ranks"]) > 0
+        if len(victims) > 1 and ran_s > ch["events"][1]["at_s"] + ch["events"][1]["down_s"] + 1.0:
             assert sum(r["counters"]["reattached"] for r in rep["ranks"]) > 0
 
 

@@ -105,15 +105,20 @@ class Chaos:
                            stderr=subprocess.PIPE, text=True)
         return None if r.returncode == 0 else (r.stderr.strip() or f"cluster up exited {r.returncode}")
 
-    def _leader(self):
-        """The index of the master whose /metrics says it leads (None: none now)."""
-        for i, port in enumerate(self.ha_metrics):
-            try:
-                if _sample(_page(port, timeout=2.0), "fluxon_master_leader") == 1:
-                    return i
-            except OSError:
-                pass
-        return None
+    def _leader(self, wait_s: float = 10.0):
+        """The index of the master whose /metrics says it leads, waiting up to wait_s for one (an
+        election and the page's first refresh take a moment after the cluster is up; None: none)."""
+        end = time.time() + wait_s
+        while True:
+            for i, port in enumerate(self.ha_metrics):
+                try:
+                    if _sample(_page(port, timeout=2.0), "fluxon_master_leader") == 1:
+                        return i
+                except OSError:
+                    pass
+            if time.time() >= end or self.stop.is_set():
+                return None
+            time.sleep(0.1)
 
     def _probe_keys(self, k):
         """Keys put through instance 0's owner and published (through the leader about to die)."""

@@ -28,6 +28,8 @@ class HttpServer {
   static constexpr size_t kMaxHead = 16 * 1024;
   static constexpr int kIoTimeoutMs = 2000;
   static constexpr int kBacklog = 64;
+  static constexpr size_t kDrainBytes = 1 << 20;  // read and dropped after an answer, at most,
+  static constexpr int kDrainMs = 100;             // while the client keeps sending
   using Handler = std::function<HttpResponse()>;
 
   // Listens on host:port (port 0: the kernel picks; port() says which) and serves `routes` (exact
