@@ -46,8 +46,14 @@ void register_counters(Metrics& m, const Counters& counters) {
 
 template <class Gauges>
 void register_gauges(Metrics& m, const Gauges& gauges) {
-  for_each_gauge(gauges, [&](std::string_view, std::string_view metric, std::string_view label, std::string_view help,
-                             uint64_t value) { m.gauge(std::string(metric), std::string(help), double(value), metric_labels(label)); });
+  // A stats value in thousandths (name *_permille: integers for the stats maps) is a ratio in
+  // Prometheus's base unit, [0, 1] (its family *_ratio).
+  for_each_gauge(gauges, [&](std::string_view name, std::string_view metric, std::string_view label,
+                             std::string_view help, uint64_t value) {
+    const bool permille = name.size() > 9 && name.substr(name.size() - 9) == "_permille";
+    m.gauge(std::string(metric), std::string(help), permille ? double(value) / 1000.0 : double(value),
+            metric_labels(label));
+  });
 }
 
 }  // namespace fluxon::actors

@@ -424,7 +424,7 @@ def test_kv_score_pressure_budget_replicates_only_under_eviction_pressure_and_al
         for node, s in enumerate(scores):
             backup("hot", node, s)
         page = scrape(c.owner_metrics[0])
-        assert sample(page, "fluxon_owner_replica_budget_pressure_permille") >= 250
+        assert sample(page, "fluxon_owner_replica_budget_pressure_ratio") >= 0.25
         wanted = [node for node, s in enumerate(scores) if s >= 0.5]
         assert labelled(page, "fluxon_owner_replica_budget_keys_total", decision="kept") == 2 * 2 * len(wanted)
         assert sample(page, "fluxon_owner_replica_keys_requested_total") == 2 * 2 * len(wanted)

@@ -143,10 +143,25 @@ inline wire::ReclaimReplyT m_reclaim(MasterCore& m, uint32_t node, uint64_t gene
   CHECK(rep.body.AsReclaimReply()->epoch == epoch);
   return *rep.body.AsReclaimReply();
 }
+// As an owner does: it registers (generation 1, a data address) before it publishes - the master
+// reads from registered holders only. Tests that register a role themselves did it before.
+inline void m_ensure_registered(MasterCore& m, uint32_t node) {
+  if (auto it = m.owners().find(node); it != m.owners().end() && it->second.registered) return;
+  wire::RegisterOwnerT reg;
+  reg.node_id = node;
+  reg.generation = 1;
+  reg.role = "gpu";
+  reg.segment_len = 1 << 30;
+  reg.data_host = "127.0.0.1";
+  reg.data_port = uint16_t(20000 + node);
+  m.handle(make_envelope(std::move(reg)));
+}
 inline Envelope m_put(MasterCore& m, uint32_t node, uint64_t put_id, const std::string& key, uint64_t offset) {
+  m_ensure_registered(m, node);
   return m.handle(make_envelope(m_put_done(node, put_id, key, offset)));
 }
 inline wire::GetStartStatus m_start(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, Millis now = 0) {
+  m_ensure_registered(m, node);
   wire::BatchGetStartT g;
   g.node_id = node;
   g.generation = 1;
@@ -154,6 +169,7 @@ inline wire::GetStartStatus m_start(MasterCore& m, uint32_t node, const std::str
   return m.handle(make_envelope(std::move(g)), now).body.AsBatchGetStartReply()->items[0]->status;
 }
 inline wire::GetDoneStatus m_done(MasterCore& m, uint32_t node, const std::string& key, uint64_t get_id, uint64_t off) {
+  m_ensure_registered(m, node);
   wire::BatchGetDoneT d;
   d.node_id = node;
   d.generation = 1;

@@ -24,6 +24,7 @@ struct Copy {
 
 // PutDone of node's put `put_id`: the copies, with their groups and slots.
 void publish(MasterCore& m, uint32_t node, uint64_t put_id, const std::vector<Copy>& copies) {
+  m_ensure_registered(m, node);
   wire::PutDoneT pd;
   pd.node_id = node;
   pd.generation = 1;

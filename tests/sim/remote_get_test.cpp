@@ -965,3 +965,18 @@ TEST_CASE("prefix-aware eviction of fetched copies: a prefix read's copies conti
     }
   }
 }
+
+TEST_CASE("master: a holder that has not registered with this core is no source until it registers (a resync's PutDone that overtook its RegisterOwner)") {
+  MasterCore m;
+  // After a failover the new leader's core is empty: node 1's re-published route comes first.
+  CHECK(m.handle(make_envelope(m_put_done(1, 7, "k", 0))).body.AsPutDoneReply());
+  CHECK(m.route_count() == 1);
+  CHECK(m_start(m, 2, "k", 100) == wire::GetStartStatus::Busy);  // its data address is unknown: a miss for now
+  m_ensure_registered(m, 1);
+  CHECK(m_start(m, 2, "k", 101) == wire::GetStartStatus::Started);
+  // A new generation's first put (before it registers) is no source either.
+  wire::PutDoneT pd = m_put_done(1, 8, "n", 4096);
+  pd.generation = 2;
+  CHECK(m.handle(make_envelope(std::move(pd))).body.AsPutDoneReply());
+  CHECK(m_start(m, 3, "n", 200) == wire::GetStartStatus::Busy);
+}

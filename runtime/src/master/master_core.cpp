@@ -47,6 +47,7 @@ uint64_t MasterCore::admit_generation(uint32_t node_id, uint64_t generation) {
     reclaims_.forget_node(node_id, now_);
   }
   routes_.owner(node_id).generation = generation;
+  routes_.owner(node_id).registered = false;  // until this generation registers
   routes_.counters.owners_registered_total++;
   return dropped;
 }
@@ -71,6 +72,7 @@ Envelope MasterCore::register_owner(const wire::RegisterOwnerT& r) {
   wire::RegisterOwnerReplyT rep;
   rep.routes_dropped = admit_generation(r.node_id, r.generation);
   OwnerInfo& o = routes_.owner(r.node_id);
+  o.registered = true;
   o.role = r.role;
   o.segment_len = r.segment_len;
   o.data_host = r.data_host;

@@ -78,11 +78,15 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
       // slot may be free already: the fence covers the window until its route goes).
       const Replica* best = nullptr;
       uint32_t best_reads = 0;
-      bool reclaiming = false;
+      bool reclaiming = false, unregistered = false;
       for (const auto& x : r.replicas) {
         if (x.node_id == req.node_id) continue;
         if (reclaims_.fenced(item->key, x.node_id)) {
           reclaiming = true;
+          continue;
+        }
+        if (const OwnerInfo& so = routes_.owner(x.node_id); !so.registered || so.generation != x.generation) {
+          unregistered = true;  // its data address is not known to this core yet: not a source now
           continue;
         }
         const uint32_t n = gets_.reading(item->key, x.node_id);
@@ -91,6 +95,11 @@ Envelope MasterCore::get_start(const wire::BatchGetStartT& req, Millis now) {
       if (!best && reclaiming) {
         s->status = wire::GetStartStatus::Busy;  // being reclaimed: no new lease (a miss for now)
         reclaims_.counters.reclaim_refused_gets_total++;
+        return;
+      }
+      if (!best && unregistered) {
+        s->status = wire::GetStartStatus::Busy;  // its holder has not registered here yet: a miss for now
+        c.get_busy_total++;
         return;
       }
       if (!best) {

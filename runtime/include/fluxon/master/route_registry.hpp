@@ -56,6 +56,10 @@ struct OwnerInfo {
   uint64_t segment_len = 0;
   std::string data_host;
   uint16_t data_port = 0;
+  // This generation registered with this master (its data address is known). A node this core
+  // learned of by another request first - a resync's PutDone that overtook the RegisterOwner after
+  // a failover, a new generation's first put - is not read from until it registers.
+  bool registered = false;
   // The owner's last OwnerReport (the status page's row): its values by name, and when it came
   // (the master's clock; 0: none yet). At most kMaxReportValues values, names of at most
   // kMaxReportName bytes: one record per registered owner.

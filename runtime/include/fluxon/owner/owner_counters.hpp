@@ -208,7 +208,7 @@
   X(hot_bytes, "hot_bytes", "fluxon_owner_hot_bytes", "", "Bytes in the owner-hot tier") \
   X(resident_bytes, "resident_bytes", "fluxon_owner_resident_bytes", "", "Slot bytes of the values this owner holds (its resident tier)") \
   X(eviction_stale_bytes, "eviction_stale_bytes", "fluxon_owner_eviction_stale_bytes", "", "eviction_order prefix_depth: the stale horizon now, bytes admitted after which an unread page goes first (auto: from the re-read intervals; 0: none)") \
-  X(replica_budget_pressure_permille, "replica_budget_pressure_permille", "fluxon_owner_replica_budget_pressure_permille", "", "Eviction pressure the replica budget follows: evicted per admitted slot, recent, x1000") \
+  X(replica_budget_pressure_permille, "replica_budget_pressure_permille", "fluxon_owner_replica_budget_pressure_ratio", "", "Eviction pressure the replica budget follows: evicted per admitted slot, recent, in [0, 1] (stats: x1000)") \
   X(pending_eviction_reclaim_bytes, "pending_eviction_reclaim_bytes", "fluxon_owner_pending_eviction_reclaim_bytes", "", "Selection debt: bytes selected for eviction whose reclaim has not ended (0 at rest)") \
   X(reclaims, "reclaims", "fluxon_owner_reclaims", "", "Reclaim transactions in flight") \
   X(replica_flights, "replica_flights", "fluxon_owner_replica_flights", "", "Replica-task fetches in flight (at most replica_task_max_inflight)") \
