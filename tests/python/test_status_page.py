@@ -203,9 +203,9 @@ def test_fluxon_top_prints_the_cluster_from_the_config_and_names_what_it_cannot_
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"), reason="no tmux: tools/install-deps.sh --tests")
-def test_fluxon_top_in_a_terminal_under_tmux_redraws_marks_a_dead_owner_red_and_stops_on_ctrl_c(scluster):
-    sock = f"fluxon-top-{os.getpid()}-{free_port()}"
-    tmux = ["tmux", "-L", sock]
+def test_fluxon_top_in_a_terminal_under_tmux_redraws_marks_a_dead_owner_red_and_stops_on_ctrl_c(scluster, tmp_path):
+    # A server of its own, its socket (and tmux's directory) in the test's tree: nothing left in /tmp.
+    tmux = ["env", f"TMUX_TMPDIR={tmp_path}", "tmux", "-S", str(tmp_path / "tmux.sock")]
 
     def screen(escapes=False):
         return subprocess.run(tmux + ["capture-pane", "-p", *(["-e"] if escapes else []), "-t", "top"],
