@@ -5,7 +5,9 @@ inside the repository, and every example config the CLI carries is the file in c
 
 import os
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +48,7 @@ def test_runnable_block(lang, code, tmp_path):
     work.mkdir()
     env = dict(os.environ, PATH=f"{shims}:{os.environ['PATH']}", PYTHONPATH=str(BUILD / "python"))
     cmd = ["bash", "-euo", "pipefail", "-c", code] if lang == "sh" else ["/usr/bin/python3", "-c", code]
+    run_dirs_before = set(Path("/tmp").glob("fluxon-*"))  # a config without run_dir uses /tmp/fluxon-<name>
     try:
         out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"exit {out.returncode}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-3000:]}"
@@ -53,6 +56,8 @@ def test_runnable_block(lang, code, tmp_path):
         # A block that started daemons leaves them to the reader: stopped here.
         for cfg in work.glob("*.yaml"):
             subprocess.run([FLUXON_BIN, "cluster", "down", str(cfg)], capture_output=True, timeout=60)
+        for d in set(Path("/tmp").glob("fluxon-*")) - run_dirs_before:  # their logs and pid files
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_every_relative_link_resolves_inside_the_repository():
