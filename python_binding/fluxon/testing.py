@@ -184,7 +184,7 @@ class LocalCluster:
         self.settings = {**{k: cfg[k] for k in first if k in cfg}, **{k: v for k, v in cfg.items() if k not in first}}
         self.name = cfg["cluster_name"]
         self.config = self.run_dir / "cluster.yaml"  # the file (`fluxon ... --config` it); settings: the dict
-        self._write()
+        self.save()
         self.running = False
         # The daemons, by their pid files (what a test signals and waits for).
         self.master = self.daemon("master-0" if "masters" in self.settings else "master")
@@ -203,13 +203,11 @@ class LocalCluster:
             mapping[key] = free_port()
         for log in self.run_dir.glob("*.log"):
             log.unlink()
-        self._write()
+        self.save()
 
     def save(self) -> None:
         """Writes `settings` to the config file (after changing them: a daemon started next reads them)."""
         self.config.write_text(to_yaml(self.settings))
-
-    _write = save
 
     # -- the cluster -------------------------------------------------------------------------------
     def _cli(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
